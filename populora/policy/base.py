@@ -1,0 +1,176 @@
+"""The backend interface: one frozen base model, many named LoRA adapters.
+
+Two implementations: ``HFBackend`` (transformers + peft; CPU float32 or CUDA bf16; generation and
+training) and ``VLLMBackend`` (vLLM multi-LoRA generation on GPU, training delegated to an
+``HFBackend`` on the same device). The training loop, the evaluation suite and the benchmarks talk
+only to this interface.
+
+Generation: one ``generate`` call serves requests for many adapters at once (a mixed-adapter
+batch); each request names its adapter (``None`` = the bare base model).
+
+Training: ``completion_logprobs`` gives per-token log-probabilities of given completions under one
+adapter with gradients flowing into that adapter only; ``optimizer_step`` applies the gradients to
+that adapter with its own AdamW state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from populora.policy.adapters import AdapterWeights
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings shared by all requests of one ``generate`` call.
+
+    ``temperature == 0`` means greedy. ``seed`` makes sampling reproducible for a given batch.
+    ``stop`` strings end a completion; the stop string itself is not part of the returned text.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    n: int = 1
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.n < 1:
+            raise ValueError(f"sampling.n must be >= 1, got {self.n}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt (already formatted text) for one adapter (``None`` = base model)."""
+
+    prompt: str
+    adapter: str | None = None
+
+
+@dataclass
+class Completion:
+    """One sampled continuation: token ids, text, logprob of each sampled token, why it ended."""
+
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: str  # "stop" (EOS or stop string) or "length"
+
+
+@dataclass
+class GenerationResult:
+    """The ``n`` completions of one request, in request order."""
+
+    prompt_token_ids: list[int]
+    completions: list[Completion] = field(default_factory=list)
+
+
+@dataclass
+class TokenLogprobs:
+    """Per-token log-probabilities of a batch of completions under one adapter.
+
+    ``logprobs[i, t]`` is log p(completion_i[t] | prompt_i, completion_i[:t]); positions where
+    ``mask`` is False are padding. ``entropy`` (same shape) is filled when asked for.
+    """
+
+    logprobs: torch.Tensor  # [B, T] float32
+    mask: torch.Tensor  # [B, T] bool
+    entropy: torch.Tensor | None = None
+
+
+class PolicyBackend(ABC):
+    """One frozen base + named LoRA adapters. See the module docstring."""
+
+    #: a ``transformers`` tokenizer for the base model
+    tokenizer: Any
+
+    # -- adapters ---------------------------------------------------------------------------
+    @abstractmethod
+    def add_adapter(self, name: str, weights: AdapterWeights) -> None:
+        """Register a new adapter under ``name`` (error if the name exists)."""
+
+    @abstractmethod
+    def remove_adapter(self, name: str) -> None:
+        """Forget an adapter and its optimizer state."""
+
+    @abstractmethod
+    def get_weights(self, name: str) -> AdapterWeights:
+        """A detached copy of the adapter's current weights."""
+
+    @abstractmethod
+    def set_weights(self, name: str, weights: AdapterWeights) -> None:
+        """Overwrite an adapter's weights in place (same rank and modules)."""
+
+    @abstractmethod
+    def adapter_names(self) -> list[str]:
+        """Names of the registered adapters."""
+
+    @abstractmethod
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        """``{module path: (in_features, out_features)}`` of the LoRA target modules of the base."""
+
+    # -- generation -------------------------------------------------------------------------
+    @abstractmethod
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        """Generate for every request in as few batched passes as possible (mixed adapters)."""
+
+    # -- training ---------------------------------------------------------------------------
+    @abstractmethod
+    def completion_logprobs(
+        self,
+        adapter: str,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        *,
+        with_grad: bool = True,
+        with_entropy: bool = False,
+    ) -> TokenLogprobs:
+        """Log-probabilities of completions under ``adapter`` (``None``-free: an adapter is required).
+
+        With ``with_grad`` the result is differentiable with respect to that adapter's LoRA
+        parameters only; the base and all other adapters receive no gradient.
+        """
+
+    @abstractmethod
+    def optimizer_step(self, adapter: str, loss: torch.Tensor, *, max_grad_norm: float | None = None) -> float:
+        """Backward ``loss``, clip, and take one AdamW step on ``adapter``; returns the grad norm."""
+
+    @abstractmethod
+    def optimizer_state(self, adapter: str) -> dict:
+        """The adapter's optimizer state (for checkpoints)."""
+
+    @abstractmethod
+    def load_optimizer_state(self, adapter: str, state: dict) -> None:
+        """Restore an optimizer state saved by ``optimizer_state``."""
+
+    @abstractmethod
+    def reset_optimizer(self, adapter: str) -> None:
+        """Fresh optimizer state (e.g. for an evolved child)."""
+
+    # -- convenience --------------------------------------------------------------------------
+    def rename_adapter(self, old: str, new: str) -> None:
+        """Move an adapter (weights and optimizer state) to a new name."""
+        weights = self.get_weights(old)
+        state = self.optimizer_state(old)
+        self.remove_adapter(old)
+        self.add_adapter(new, weights)
+        self.load_optimizer_state(new, state)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release engines and memory."""

@@ -1,0 +1,1 @@
+"""populora.population"""

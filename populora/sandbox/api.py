@@ -1,0 +1,76 @@
+"""Records of the sandbox: what to run (``Program``), under which limits, and what came back.
+
+The implementation (``populora.sandbox.executor.Sandbox``) runs every ``Program`` in its own
+short-lived, resource-limited process. Nothing in this module executes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Outcome.status values
+OK = "ok"
+ERROR = "error"  # the program raised, did not define the entry, had bad input or a syntax error
+TIMEOUT = "timeout"  # wall-clock or CPU-time limit
+MEMORY = "memory"  # address-space limit (MemoryError or allocation failure)
+OUTPUT_TOO_LARGE = "output_too_large"  # a return value's repr or captured stdout over the limit
+CRASHED = "crashed"  # killed by a signal, os._exit, sys.exit, or the child died otherwise
+STATUSES = (OK, ERROR, TIMEOUT, MEMORY, OUTPUT_TOO_LARGE, CRASHED)
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one untrusted program (all enforced by the operating system)."""
+
+    wall_seconds: float = 5.0  # whole program (all calls); the process group is killed after it
+    cpu_seconds: int = 5  # RLIMIT_CPU
+    memory_mb: int = 512  # RLIMIT_AS of the child
+    max_processes: int = 0  # extra processes/threads the child may create (RLIMIT_NPROC headroom)
+    max_output_chars: int = 1000  # per returned value repr; larger -> output_too_large, never truncated
+    max_stdout_chars: int = 10_000  # captured stdout/stderr; larger is cut (stdout is not an answer)
+    max_file_bytes: int = 1_000_000  # RLIMIT_FSIZE inside the scratch directory
+    network: bool = False  # False: a fresh network namespace where the platform allows it
+
+
+@dataclass(frozen=True)
+class Program:
+    """One untrusted execution.
+
+    ``source`` is executed as a fresh module. Then, unless ``entry`` is None, ``entry`` is looked up
+    in that module and called once per item of ``calls``; each item is the text of a Python
+    argument list made of literals (``"1, [2, 3]"`` -> ``f(1, [2, 3])``), parsed inside the
+    child with ``ast.literal_eval``. ``stdin`` is fed to the program's standard input (for
+    stdin/stdout problems, with ``entry=None``).
+
+    ``replica`` selects an independent worker pool started with a different hash seed and
+    address-space layout: running the same program with ``replica=0`` and ``replica=1`` is how
+    cross-process nondeterminism (set ordering under hash randomisation, ``id()``) is detected.
+    """
+
+    source: str
+    entry: str | None = "f"
+    calls: tuple[str, ...] = ()
+    stdin: str = ""
+    replica: int = 0
+
+
+@dataclass
+class Outcome:
+    """What one ``Program`` did.
+
+    ``values[i]`` is ``repr()`` of the return value of call ``i`` (all calls, in order, only when
+    ``status == "ok"``). ``reason`` is None when ok, else machine-readable: ``syntax_error``,
+    ``no_entry_function``, ``bad_input``, ``runtime_error:<ExceptionType>``, ``timeout``,
+    ``memory``, ``output_too_large``, ``crashed:<detail>``.
+    """
+
+    status: str
+    reason: str | None = None
+    values: list[str] = field(default_factory=list)
+    stdout: str = ""
+    seconds: float = 0.0
+    detail: str = ""  # human-readable extra (exception message, signal name), bounded
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK

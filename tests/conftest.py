@@ -1,0 +1,39 @@
+"""Shared pytest setup: markers that skip what this machine cannot run (never fake it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def _has_slurm() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda = _has_cuda()
+    slurm = _has_slurm() or os.environ.get("POPULORA_REQUIRE_SLURM") == "1"
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (marker: gpu)")
+    skip_slurm = pytest.mark.skip(reason="needs the test cluster from slurm/testing/ (marker: slurm)")
+    for item in items:
+        if "gpu" in item.keywords and not cuda:
+            item.add_marker(skip_gpu)
+        if "slurm" in item.keywords and not slurm:
+            item.add_marker(skip_slurm)
