@@ -1,1 +1,48 @@
-"""populora.tasks"""
+"""The AZR task environment: records, prompts, parsing, AST safety check, validation, checking, rewards.
+
+See ``docs/tasks.md``. Nothing here executes model text in the calling process: programs run only in
+the sandbox (``populora.sandbox``), and values are read with ``ast.literal_eval``.
+"""
+
+from populora.tasks.buffers import TaskBuffer, TaskBuffers, seed_buffers
+from populora.tasks.checking import CheckConfig, Judgement, check_many, to_attempt
+from populora.tasks.parsing import parse_proposal, parse_student_answer
+from populora.tasks.prompts import format_chat, format_r1, student_prompt, teacher_prompt
+from populora.tasks.records import CODE_F, CODE_I, CODE_O, TASK_TYPES, Attempt, Proposal, Task, Verdict
+from populora.tasks.rewards import solve_rate, student_reward, teacher_reward
+from populora.tasks.safety import SafetyConfig, check_program
+from populora.tasks.validation import ValidationConfig, validate_many
+from populora.tasks.values import read_literal, values_equal
+
+__all__ = [
+    "CODE_F",
+    "CODE_I",
+    "CODE_O",
+    "TASK_TYPES",
+    "Attempt",
+    "CheckConfig",
+    "Judgement",
+    "Proposal",
+    "SafetyConfig",
+    "Task",
+    "TaskBuffer",
+    "TaskBuffers",
+    "ValidationConfig",
+    "Verdict",
+    "check_many",
+    "check_program",
+    "format_chat",
+    "format_r1",
+    "parse_proposal",
+    "parse_student_answer",
+    "read_literal",
+    "seed_buffers",
+    "solve_rate",
+    "student_prompt",
+    "student_reward",
+    "teacher_prompt",
+    "teacher_reward",
+    "to_attempt",
+    "validate_many",
+    "values_equal",
+]

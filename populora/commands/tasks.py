@@ -1,0 +1,250 @@
+"""`populora tasks validate|check`: feed the task validator and the answer checker any JSONL corpus.
+
+``validate`` reads proposals, one JSON object per line::
+
+    {"program": "def f(x):\\n    return x", "input": "3"}                      # code_o / code_i
+    {"program": "...", "inputs": ["1", "2", ...], "message": "...", "type": "code_f"}
+
+and writes one result per line: ``line``, ``valid``, ``reason``, ``output`` (code_o/code_i) or
+``outputs`` (code_f), ``seconds`` and, when valid, the ``task`` record (which ``check`` accepts).
+
+``check`` reads answers against tasks, one per line: either ``{"task": {...}, ...}`` (a task record as
+written by ``validate``) or the task's fields inline (``type``, ``program``, ``input``/``output`` or
+``inputs``/``outputs``/``message``), plus the student's ``completion`` (full text, parsed as in
+training) or a bare ``answer`` (wrapped in ``<answer>`` and the fence of its kind). It writes
+``line``, ``format_ok``, ``correct``, ``score``, ``reason``, ``answer``.
+
+A malformed line is reported with its line number (``reason`` starting with ``bad_line``) and the
+rest of the file is processed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from populora.tasks.records import CODE_F, CODE_I, CODE_O, TASK_TYPES, Proposal, Task, reason_kind
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tasks", help="validate proposals and check answers from JSONL files")
+    tsub = p.add_subparsers(dest="tasks_command", metavar="ACTION")
+
+    v = tsub.add_parser("validate", help="validate proposals (program + input(s)) given as JSON lines")
+    v.add_argument("file", help="JSONL file: program, input or inputs, optional type and message")
+    v.add_argument("--type", choices=TASK_TYPES, default=None, help="task type for lines without 'type'")
+    _common(v)
+    v.set_defaults(func=run_validate)
+
+    c = tsub.add_parser(
+        "check", help="check answers (completion or answer) against tasks given as JSON lines"
+    )
+    c.add_argument("file", help="JSONL file: task (or its fields) and completion or answer")
+    c.add_argument(
+        "--fractional", action="store_true", help="code_f: score = fraction of hidden pairs passed"
+    )
+    _common(c)
+    c.set_defaults(func=run_check)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default=None, help="write results here (default: standard output)")
+    p.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
+    p.add_argument("--wall-seconds", type=float, default=5.0, help="wall-clock limit per program")
+    p.add_argument("--memory-mb", type=int, default=512, help="address-space limit per program")
+    p.add_argument("--max-output-chars", type=int, default=1000, help="largest accepted output repr")
+
+
+def read_jsonl(path: str) -> list[tuple[int, dict[str, Any] | str]]:
+    """(line number, object) per non-blank line; the object is an error text when the line is malformed."""
+    rows: list[tuple[int, dict[str, Any] | str]] = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                rows.append((n, f"bad_line: invalid JSON ({exc.msg} at column {exc.colno})"))
+                continue
+            rows.append((n, obj if isinstance(obj, dict) else "bad_line: not a JSON object"))
+    return rows
+
+
+def proposal_from_json(obj: dict[str, Any], default_type: str | None) -> Proposal:
+    """A proposal from one input line; ValueError naming the key when the line is malformed."""
+    task_type = obj.get("type") or default_type or (CODE_F if "inputs" in obj else CODE_O)
+    if task_type not in TASK_TYPES:
+        raise ValueError(f"'type' is {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    program = obj.get("program")
+    if not isinstance(program, str):
+        raise ValueError("'program' must be a string")
+    if task_type == CODE_F:
+        inputs = obj.get("inputs")
+        if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+            raise ValueError("'inputs' must be a list of strings for code_f")
+        return Proposal(
+            type=task_type, program=program, inputs=tuple(inputs), message=str(obj.get("message", ""))
+        )
+    inp = obj.get("input")
+    if not isinstance(inp, str):
+        raise ValueError(f"'input' must be a string for {task_type}")
+    return Proposal(type=task_type, program=program, inputs=(inp,))
+
+
+def _open_sandbox(args: argparse.Namespace):
+    from populora.sandbox import Sandbox, SandboxLimits
+
+    limits = SandboxLimits(
+        wall_seconds=args.wall_seconds,
+        cpu_seconds=max(1, int(round(args.wall_seconds))),
+        memory_mb=args.memory_mb,
+        max_output_chars=args.max_output_chars,
+    )
+    return Sandbox(limits=limits, workers=args.workers)
+
+
+def _write(results: list[dict[str, Any]], out: str | None) -> None:
+    fh = open(out, "w", encoding="utf-8") if out else sys.stdout
+    try:
+        for r in results:
+            fh.write(json.dumps(r) + "\n")
+    finally:
+        if out:
+            fh.close()
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from populora.tasks.validation import ValidationConfig, validate_many
+
+    try:
+        rows = read_jsonl(args.file)
+    except OSError as exc:
+        print(f"populora tasks validate: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    results: dict[int, dict[str, Any]] = {}
+    todo: list[tuple[int, Proposal]] = []
+    for n, obj in rows:
+        if isinstance(obj, str):
+            results[n] = {"line": n, "valid": False, "reason": obj, "seconds": 0.0}
+            continue
+        try:
+            todo.append((n, proposal_from_json(obj, args.type)))
+        except ValueError as exc:
+            results[n] = {"line": n, "valid": False, "reason": f"bad_line: {exc}", "seconds": 0.0}
+    cfg = ValidationConfig(max_output_chars=args.max_output_chars)
+    start = time.monotonic()
+    with _open_sandbox(args) as sandbox:
+        verdicts = validate_many([p for _, p in todo], sandbox, cfg)
+    elapsed = time.monotonic() - start
+    for (n, proposal), v in zip(todo, verdicts):
+        r: dict[str, Any] = {"line": n, "type": proposal.type, "valid": v.valid, "reason": v.reason}
+        if proposal.type == CODE_F:
+            r["outputs"] = list(v.outputs)
+        else:
+            r["output"] = v.outputs[0] if v.outputs else None
+        r["seconds"] = round(v.seconds, 4)
+        if v.task is not None:
+            r["task"] = v.task.to_json()
+        results[n] = r
+    ordered = [results[n] for n in sorted(results)]
+    _write(ordered, args.out)
+    kinds = Counter(reason_kind(r["reason"]) or "valid" for r in ordered)
+    print(
+        f"{kinds.get('valid', 0)}/{len(ordered)} valid in {elapsed:.2f} s; "
+        + ", ".join(f"{k}: {c}" for k, c in sorted(kinds.items()) if k != "valid"),
+        file=sys.stderr,
+    )
+    return 0
+
+
+_ANSWER_FENCE = {CODE_O: "output", CODE_I: "input", CODE_F: "python"}
+
+
+def task_from_json(obj: dict[str, Any]) -> Task:
+    """The task of a check line (``task`` record or inline fields); ValueError naming the key."""
+    from populora.tasks.records import task_id
+
+    if "task" in obj:
+        if not isinstance(obj["task"], dict):
+            raise ValueError("'task' must be a JSON object")
+        return Task.from_json(obj["task"])
+    task_type = obj.get("type")
+    if task_type not in TASK_TYPES:
+        raise ValueError(f"'type' is {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    if not isinstance(obj.get("program"), str):
+        raise ValueError("'program' must be a string")
+    if task_type == CODE_F:
+        for key in ("inputs", "outputs"):
+            if not isinstance(obj.get(key), list) or not all(isinstance(i, str) for i in obj[key]):
+                raise ValueError(f"'{key}' must be a list of strings for code_f")
+        inputs = tuple(obj["inputs"])
+        return Task(
+            id=task_id(task_type, obj["program"], inputs),
+            type=task_type,
+            program=obj["program"],
+            inputs=inputs,
+            outputs=tuple(obj["outputs"]),
+            message=str(obj.get("message", "")),
+            n_shown=int(obj.get("n_shown", 5)),
+        )
+    for key in ("input", "output"):
+        if not isinstance(obj.get(key), str):
+            raise ValueError(f"'{key}' must be a string for {task_type}")
+    tid = task_id(task_type, obj["program"], (obj["input"],))
+    return Task(id=tid, type=task_type, program=obj["program"], input=obj["input"], output=obj["output"])
+
+
+def completion_from_json(obj: dict[str, Any], task: Task) -> str:
+    if isinstance(obj.get("completion"), str):
+        return obj["completion"]
+    if isinstance(obj.get("answer"), str):
+        return f"<answer>\n```{_ANSWER_FENCE[task.type]}\n{obj['answer']}\n```\n</answer>"
+    raise ValueError("a check line needs 'completion' or 'answer' (a string)")
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from populora.tasks.checking import CheckConfig, check_many
+
+    try:
+        rows = read_jsonl(args.file)
+    except OSError as exc:
+        print(f"populora tasks check: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    results: dict[int, dict[str, Any]] = {}
+    todo: list[tuple[int, tuple[Task, str]]] = []
+    for n, obj in rows:
+        if isinstance(obj, str):
+            results[n] = {"line": n, "format_ok": False, "correct": False, "score": 0.0, "reason": obj}
+            continue
+        try:
+            task = task_from_json(obj)
+            todo.append((n, (task, completion_from_json(obj, task))))
+        except (ValueError, TypeError) as exc:
+            results[n] = {
+                "line": n,
+                "format_ok": False,
+                "correct": False,
+                "score": 0.0,
+                "reason": f"bad_line: {exc}",
+            }
+    with _open_sandbox(args) as sandbox:
+        judgements = check_many([item for _, item in todo], sandbox, CheckConfig(fractional=args.fractional))
+    for (n, _), j in zip(todo, judgements):
+        results[n] = {
+            "line": n,
+            "format_ok": j.format_ok,
+            "correct": j.correct,
+            "score": j.score,
+            "reason": j.reason,
+            "answer": j.answer,
+        }
+    ordered = [results[n] for n in sorted(results)]
+    _write(ordered, args.out)
+    print(f"{sum(r['correct'] for r in ordered)}/{len(ordered)} correct", file=sys.stderr)
+    return 0

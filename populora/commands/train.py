@@ -1,0 +1,143 @@
+"""`populora train`, `populora status` and `populora demo`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from populora.config import ConfigError
+
+DEMO_CONFIG = "configs/cpu-demo.yaml"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="run (or resume) a self-play training run")
+    p.add_argument("--config", help="preset YAML (configs/*.yaml)")
+    p.add_argument("--run-dir", help="run directory (default: runs/<name>)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last good checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. selfplay.steps=4")
+    p.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("status", help="print the summary of a run (finished or not)")
+    s.add_argument("run_dir")
+    s.set_defaults(func=cmd_status)
+
+    d = sub.add_parser("demo", help="the cpu-demo preset on the embedded SmolLM2-135M, with example tasks")
+    d.add_argument("--run-dir", default="runs/cpu-demo")
+    d.add_argument("overrides", nargs="*", metavar="key=value")
+    d.set_defaults(func=cmd_demo)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from populora.selfplay.runner import train
+
+    if not args.resume and not args.config:
+        print("populora train: give --config PRESET.yaml (or --resume RUN_DIR)", file=sys.stderr)
+        return 2
+    try:
+        summary = train(args.config, args.overrides, run_dir=args.resume or args.run_dir, resume=bool(args.resume),
+                        progress=not args.quiet)
+    except ConfigError as e:
+        print(f"populora train: {e}", file=sys.stderr)
+        return 2
+    print_summary(Path(summary["run_dir"]))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    rd = Path(args.run_dir)
+    if not (rd / "config.yaml").exists():
+        print(f"populora status: {rd} is not a run directory (no config.yaml)", file=sys.stderr)
+        return 2
+    print_summary(rd)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from populora.selfplay.runner import train
+
+    rd = Path(args.run_dir)
+    resume = (rd / "config.yaml").exists()
+    if resume:
+        print(f"resuming the demo run in {rd} (delete it to start over)")
+    summary = train(None if resume else DEMO_CONFIG, args.overrides, run_dir=str(rd), resume=resume)
+    print_summary(Path(summary["run_dir"]))
+    print_examples(rd)
+    return 0
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def print_summary(rd: Path) -> None:
+    """Valid rates, solve rates, ratings, evolution events and where the files are."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from populora.checkpoint import list_checkpoints
+    from populora.selfplay.metrics import read_metrics
+
+    con = Console()
+    rows = read_metrics(rd)
+    summary = json.loads((rd / "summary.json").read_text()) if (rd / "summary.json").exists() else None
+    state = summary["status"] if summary else "running or interrupted (no summary.json yet)"
+    con.print(f"[bold]run[/bold] {rd}  status: {state}  steps logged: {len(rows)}")
+    if rows:
+        last = rows[-1]
+        t = Table(title=f"step {last['step']}: tasks")
+        for col in ("task type", "teacher valid rate", "teacher reward", "student solve rate", "student format rate"):
+            t.add_column(col)
+        for tt in ("code_o", "code_i", "code_f"):
+            if f"teacher/{tt}/valid_rate" in last or f"student/{tt}/solve_rate" in last:
+                t.add_row(tt, _fmt(last.get(f"teacher/{tt}/valid_rate")), _fmt(last.get(f"teacher/{tt}/reward_mean")),
+                          _fmt(last.get(f"student/{tt}/solve_rate")), _fmt(last.get(f"student/{tt}/format_rate")))
+        con.print(t)
+        members = sorted({k.split("/")[1] for k in last if k.startswith("member/")})
+        r = Table(title="members")
+        for col in ("member", "mu", "sigma", "valid rate", "solve rate", "sequences", "optimizer steps"):
+            r.add_column(col)
+        for mid in members:
+            r.add_row(mid, _fmt(last.get(f"member/{mid}/mu")), _fmt(last.get(f"member/{mid}/sigma")),
+                      _fmt(last.get(f"member/{mid}/valid_rate")), _fmt(last.get(f"member/{mid}/solve_rate")),
+                      _fmt(last.get(f"adapter/{mid}/sequences")), _fmt(last.get(f"adapter/{mid}/optimizer_steps")))
+        con.print(r)
+        times = {k[5:-2]: v for k, v in last.items() if k.startswith("time/") and v is not None}
+        con.print("time of the last step (s): " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
+    events = [json.loads(x) for x in (rd / "lineage.jsonl").read_text().splitlines()] if (rd / "lineage.jsonl").exists() else []
+    replaced = [e for e in events if e.get("event") in ("replace", "replacement")]
+    con.print(f"evolution events: {len(replaced)}")
+    for e in replaced[-6:]:
+        child = e.get("member") or e.get("child") or {}
+        con.print(f"  step {e.get('step')}: {e.get('replaced')} -> {child.get('id')} by {child.get('operator')} "
+                  f"from {child.get('parents')}")
+    ckpts = list_checkpoints(rd / "checkpoints")
+    con.print(f"files: metrics {rd / 'metrics.jsonl'}; checkpoints {[p.name for _, p in ckpts]}; "
+              f"final adapters {rd / 'adapters'}; examples {rd / 'examples.jsonl'}")
+
+
+def print_examples(rd: Path, n: int = 4) -> None:
+    path = rd / "examples.jsonl"
+    if not path.exists():
+        return
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    valid = [r for r in rows if r.get("valid")][-n:]
+    invalid = [r for r in rows if not r.get("valid")][-2:]
+    print("\nExample tasks proposed by the teachers (last steps):")
+    for r in valid:
+        print(f"--- step {r['step']} {r['teacher']} {r['type']}: valid; student solved "
+              f"{r['student_correct']}/{r['student_attempts']}")
+        print(r["program"].rstrip())
+        if r["type"] == "code_f":
+            print(f"inputs: {r['input']}\noutputs: {r['output']}\nmessage: {r['message']}")
+        else:
+            print(f"input: {r['input']}\noutput: {r['output']}")
+    for r in invalid:
+        print(f"--- step {r['step']} {r['teacher']} {r['type']}: rejected ({r['reason']})")

@@ -1,0 +1,260 @@
+"""Structured configuration of a run: dataclasses + omegaconf, validated at start.
+
+A preset (``configs/*.yaml``) is merged onto the dataclass defaults, then ``key=value`` overrides
+from the command line. omegaconf rejects unknown keys and wrong types with the full key in the
+message; ``validate`` adds the cross-field checks (T=0, ranks vLLM cannot serve, budgets that do
+not divide, ...). Every error names the key.
+
+Sections owned by other modules (RL, ratings, matchmaking, evolution) use those modules' own
+dataclasses, so a module's defaults live next to the code that uses them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from populora.population.evolution import EvolutionConfig
+from populora.population.matchmaking import MatchmakingConfig
+from populora.population.ratings import RatingConfig
+from populora.rl.config import RLConfig
+
+TASK_TYPES = ("code_o", "code_i", "code_f")
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the file and/or key."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"  # tiny | smollm2-135m | a Hugging Face id or local path
+    backend: str = "hf"  # hf | vllm
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    prompt_style: str = "chat"  # chat (tokenizer chat template) | r1 (AZR's plain R1 wrapper)
+    max_batch_size: int = 64  # sequences per forward pass (generation and training micro-batches)
+    gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the rest is for HF training
+    seed: int = 0  # seed of the embedded random-init model (tiny)
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 8
+    alpha: float = 16.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    init: str = "random"  # random (seeded small B: members differ at step 0) | zeros (peft default)
+    b_std: float = 1e-3
+
+
+@dataclass
+class PopulationConfig:
+    teachers: int = 2
+    students: int = 2
+    # The compute-matched single-agent baseline: ONE adapter that both proposes and solves.
+    # Requires teachers == students == 1.
+    baseline: bool = False
+
+
+@dataclass
+class TaskEnvConfig:
+    types: list[str] = field(default_factory=lambda: list(TASK_TYPES))
+    references: int = 6  # K reference tasks shown in each teacher prompt
+    buffer_capacity: int = 512  # per task type
+    code_f_inputs: int = 10
+    code_f_shown: int = 5
+    max_output_chars: int = 1000
+    teacher_reward: str = "populora"  # populora (0 for rho in {0,1}) | azr (-0.5 for valid but unlearnable)
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+
+
+@dataclass
+class SelfPlayConfig:
+    steps: int = 6
+    # Compute matching: every adapter (each member, and the baseline agent) trains on exactly this
+    # many sequences per step. A teacher: this many proposals (split evenly over task types). A
+    # student: this many attempts = (sequences / rollouts) tasks x rollouts. The baseline agent:
+    # `baseline_proposer_fraction` of them as proposals and the rest as attempts.
+    sequences_per_adapter: int = 12
+    rollouts: int = 2  # n sampled attempts per task (temperature > 0, never greedy)
+    baseline_proposer_fraction: float = 0.5
+    teacher_sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    student_sampling: SamplingConfig = field(default_factory=SamplingConfig)
+
+
+@dataclass
+class SandboxConfig:
+    workers: int = 0  # 0 = one per CPU core
+    wall_seconds: float = 5.0
+    cpu_seconds: int = 5
+    memory_mb: int = 512
+
+
+@dataclass
+class RunConfig:
+    dir: str = ""  # default: runs/<name>
+    checkpoint_every: int = 1  # steps
+    keep_checkpoints: int = 2
+    tensorboard: bool = True  # write event files when tensorboard is installed
+
+
+@dataclass
+class Config:
+    name: str = "run"
+    seed: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    population: PopulationConfig = field(default_factory=PopulationConfig)
+    tasks: TaskEnvConfig = field(default_factory=TaskEnvConfig)
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    ratings: RatingConfig = field(default_factory=RatingConfig)
+    matchmaking: MatchmakingConfig = field(default_factory=MatchmakingConfig)
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults <- preset file <- ``key=value`` overrides, validated. Returns a ``Config`` object."""
+    schema = OmegaConf.structured(Config)
+    layers: list[Any] = [schema]
+    where = "defaults"
+    try:
+        if path is not None:
+            where = str(path)
+            if not Path(path).is_file():
+                raise ConfigError(f"{path}: config file not found")
+            layers.append(OmegaConf.load(path))
+        if overrides:
+            where = "command-line overrides"
+            bad = [o for o in overrides if "=" not in o]
+            if bad:
+                raise ConfigError(f"override {bad[0]!r} is not of the form key=value")
+            layers.append(OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.merge(*layers)
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        msg = str(e).splitlines()[0]
+        raise ConfigError(f"{where}: key {key!r}: {msg}" if key else f"{where}: {msg}") from None
+    except ValueError as e:  # a section's own __post_init__ validation (its message names the key)
+        raise ConfigError(f"{where}: {e}") from None
+    validate(cfg)
+    return cfg
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def config_from_yaml_text(text: str) -> Config:
+    """Rebuild a Config from the resolved YAML saved in a run directory."""
+    merged = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text))
+    cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    validate(cfg)
+    return cfg
+
+
+def _need(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"key {key!r}: {msg}")
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks that the types alone cannot express. Raises ConfigError naming the key."""
+    m, p, t, s = cfg.model, cfg.population, cfg.tasks, cfg.selfplay
+    _need(m.backend in ("hf", "vllm"), "model.backend", f"must be 'hf' or 'vllm', got {m.backend!r}")
+    _need(m.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {m.dtype!r}")
+    _need(m.prompt_style in ("chat", "r1"), "model.prompt_style", f"must be 'chat' or 'r1', got {m.prompt_style!r}")
+    _need(m.max_batch_size >= 1, "model.max_batch_size", "must be >= 1")
+    _need(cfg.lora.rank >= 1, "lora.rank", f"must be >= 1, got {cfg.lora.rank}")
+    _need(cfg.lora.init in ("random", "zeros"), "lora.init", f"must be 'random' or 'zeros', got {cfg.lora.init!r}")
+    _need(len(cfg.lora.target_modules) > 0, "lora.target_modules", "must name at least one module")
+    if m.backend == "vllm":
+        _need(
+            cfg.lora.rank in VLLM_LORA_RANKS,
+            "lora.rank",
+            f"vLLM serves LoRA ranks {VLLM_LORA_RANKS}, got {cfg.lora.rank}",
+        )
+    _need(p.teachers >= 1, "population.teachers", f"must be >= 1, got {p.teachers}")
+    _need(p.students >= 1, "population.students", f"must be >= 1, got {p.students}")
+    if p.baseline:
+        _need(
+            p.teachers == 1 and p.students == 1,
+            "population.baseline",
+            "the single-agent baseline has exactly one adapter: set population.teachers=1 population.students=1",
+        )
+    bad_types = [x for x in t.types if x not in TASK_TYPES]
+    _need(not bad_types and len(t.types) > 0, "tasks.types", f"unknown task types {bad_types}; known: {TASK_TYPES}")
+    _need(len(set(t.types)) == len(t.types), "tasks.types", "duplicate task types")
+    _need(t.references >= 0, "tasks.references", "must be >= 0")
+    _need(
+        t.references <= t.buffer_capacity,
+        "tasks.references",
+        f"K={t.references} is larger than tasks.buffer_capacity={t.buffer_capacity}",
+    )
+    _need(
+        0 < t.code_f_shown < t.code_f_inputs,
+        "tasks.code_f_shown",
+        f"must be in (0, tasks.code_f_inputs={t.code_f_inputs}); the rest are hidden and decide correctness",
+    )
+    _need(t.teacher_reward in ("populora", "azr"), "tasks.teacher_reward", f"got {t.teacher_reward!r}")
+    _need(s.steps >= 0, "selfplay.steps", "must be >= 0")
+    _need(s.rollouts >= 1, "selfplay.rollouts", "must be >= 1")
+    for role in ("teacher_sampling", "student_sampling"):
+        sp: SamplingConfig = getattr(s, role)
+        _need(sp.temperature > 0, f"selfplay.{role}.temperature", "must be > 0: self-play rollouts are sampled, never greedy")
+        _need(0 < sp.top_p <= 1, f"selfplay.{role}.top_p", "must be in (0, 1]")
+        _need(sp.max_new_tokens >= 1, f"selfplay.{role}.max_new_tokens", "must be >= 1")
+    n_types, n = len(t.types), s.rollouts
+    budget = s.sequences_per_adapter
+    _need(budget >= 1, "selfplay.sequences_per_adapter", "must be >= 1")
+    _need(
+        budget % n_types == 0 and budget % n == 0,
+        "selfplay.sequences_per_adapter",
+        f"{budget} must be divisible by the number of task types ({n_types}: a teacher's proposals split evenly "
+        f"over types) and by selfplay.rollouts ({n}: a student trains on whole groups of rollouts)",
+    )
+    if p.baseline:
+        props, atts = baseline_split(cfg)
+        _need(
+            props > 0 and atts > 0 and props % n_types == 0 and atts % n == 0,
+            "selfplay.baseline_proposer_fraction",
+            f"splits {budget} sequences into {props} proposals and {atts} attempts; both must be positive, the "
+            f"proposals divisible by {n_types} task types and the attempts by {n} rollouts",
+        )
+    _need(cfg.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
+    _need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
+    _need(cfg.sandbox.workers >= 0, "sandbox.workers", "must be >= 0")
+
+
+def baseline_split(cfg: Config) -> tuple[int, int]:
+    """(proposals, attempts) per step of the single-agent baseline, summing to the per-adapter budget."""
+    budget = cfg.selfplay.sequences_per_adapter
+    props = round(budget * cfg.selfplay.baseline_proposer_fraction)
+    return props, budget - props
+
+
+def run_dir_of(cfg: Config) -> Path:
+    return Path(cfg.run.dir or os.path.join("runs", cfg.name))
+
+
+def as_dictconfig(cfg: Config) -> DictConfig:
+    return OmegaConf.structured(cfg)

@@ -1,0 +1,322 @@
+"""``Sandbox``: parallel, confined execution of untrusted programs through fork servers.
+
+The caller side holds ``workers`` lanes; each lane owns one fork server per replica, started on
+first use as a separate ``python -B -s -S server.py`` process with a scrubbed environment holding
+that replica's ``PYTHONHASHSEED`` (not ``-I``: it implies ``-E``, which would ignore the seed), so
+the two replicas differ in hash seed and address layout. ``run_many`` hands the lanes chunks of
+one replica's programs from a shared queue, so at most ``workers`` programs run at once, and
+returns outcomes in input order. A fork server that dies, hangs or answers nonsense is killed and
+restarted; the program it was running gets a ``crashed:`` outcome, never an exception in the
+caller.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+
+from populora.sandbox import protocol
+from populora.sandbox.api import CRASHED, STATUSES, Outcome, Program, SandboxLimits
+
+SERVER_SCRIPT = Path(__file__).with_name("server.py")
+ISOLATION_MODES = ("auto", "full", "uid", "rlimits")
+STARTUP_SECONDS = 30.0  # generous: two cores shared with a trainer can be slow to start Python
+GRACE_SECONDS = 5.0  # past the wall limit, the server itself is presumed hung
+UID_BASE, UID_SPAN = 2_000_000, 1_000_000  # unprivileged uids for children (no /etc/passwd entry needed)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up (never raised for a program's behaviour)."""
+
+
+def replica_hash_seed(base: int, replica: int) -> int:
+    """``PYTHONHASHSEED`` of a replica's fork servers: distinct per replica, never 0 (0 = no randomisation)."""
+    return 1 + (base + replica) % 4_294_967_295
+
+
+class _Server:
+    """One fork server process, driven through its stdin/stdout pipes."""
+
+    def __init__(self, config: dict, hash_seed: int, log_path: Path):
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONHASHSEED": str(hash_seed),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        try:
+            log = open(log_path, "ab")  # the server's own stderr (start-up failures, tracebacks)
+        except OSError:
+            log = open(os.devnull, "ab")  # the scratch directory was removed under us
+        with log:
+            try:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-B", "-s", "-S", str(SERVER_SCRIPT), _json(config)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    env=env,
+                    cwd="/",
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise SandboxError(f"cannot start the fork server {SERVER_SCRIPT}: {exc}") from None
+        try:
+            hello = protocol.read_json(self.proc.stdout.fileno(), time.monotonic() + STARTUP_SECONDS)
+        except (OSError, TimeoutError, protocol.FrameError, ValueError) as exc:
+            hello = f"no greeting ({exc})"
+        if not isinstance(hello, dict) or not hello.get("ready"):
+            self.kill()
+            try:
+                log = log_path.read_text(errors="replace")[-2000:]
+            except OSError:
+                log = ""
+            raise SandboxError(f"fork server {SERVER_SCRIPT} did not start: {hello!r}\n{log}".rstrip())
+        self.mode: str = hello["mode"]
+        self.report: dict = hello["report"]
+        self.pid = self.proc.pid
+
+    def send(self, jobs: list[dict]) -> None:
+        """Queue ``jobs`` on the server; it runs them one after the other and answers each in turn."""
+        protocol.write_all(self.proc.stdin.fileno(), _frame({"jobs": jobs}))
+
+    def receive(self, job: dict, timeout: float) -> dict:
+        """The answer to ``job`` (the oldest unanswered); raises OSError/TimeoutError/FrameError."""
+        answer = protocol.read_json(self.proc.stdout.fileno(), time.monotonic() + timeout)
+        if not isinstance(answer, dict) or answer.get("id") != job["id"]:
+            raise protocol.FrameError(f"fork server answered {str(answer)[:200]!r} to job {job['id']}")
+        return answer
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self, timeout: float = 5.0) -> None:
+        try:
+            self.proc.stdin.close()  # EOF: the server returns; its namespace dies with it
+            self.proc.wait(timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+        self.proc.stdout.close()
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()  # full mode: the inner server follows by its parent-death signal
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def _json(obj: object) -> str:
+    import json
+
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def _frame(obj: object) -> bytes:
+    payload = _json(obj).encode("utf-8", "surrogatepass")
+    return protocol.HEADER.pack(len(payload)) + payload
+
+
+class Sandbox:
+    """Runs ``Program``s in confined child processes, ``workers`` at a time.
+
+    ``isolation``: ``"auto"`` (the strongest the platform allows), ``"full"``, ``"uid"`` or
+    ``"rlimits"`` (see ``isolation.py``); ``hash_seed`` fixes the replicas' hash seeds (replica r
+    uses ``replica_hash_seed(hash_seed, r)``), so validation is reproducible run to run.
+    """
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        workers: int | None = None,
+        isolation: str = "auto",
+        hash_seed: int = 0,
+        scratch_dir: str | None = None,
+    ):
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"Sandbox isolation={isolation!r}: expected one of {ISOLATION_MODES}")
+        self.limits = limits or SandboxLimits()
+        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        self.isolation = isolation
+        self.hash_seed = int(hash_seed)
+        self.scratch = Path(tempfile.mkdtemp(prefix="populora-sandbox-", dir=scratch_dir))
+        os.chmod(self.scratch, 0o711)  # children (other uids) may enter their own directory only
+        self._lanes: list[dict[int, _Server]] = [{} for _ in range(self.workers)]
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)  # next() on a count is atomic under the GIL
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _shutdown, self._lanes, self.scratch)
+        first = self._server(0, 0)  # fail early, with a clear error, if the platform cannot start one
+        self.mode: str = first.mode  # the isolation the fork servers run in: full, uid or rlimits
+        self.report: dict = first.report  # what the first server set up (namespaces, mounts, ...)
+
+    # --- public API ------------------------------------------------------------------------
+    def run(self, program: Program) -> Outcome:
+        return self.run_many([program])[0]
+
+    def run_many(self, programs: list[Program]) -> list[Outcome]:
+        """One ``Outcome`` per program, in input order; programs run concurrently, each confined."""
+        programs = list(programs)
+        if self._closed:
+            raise SandboxError("run_many on a closed Sandbox")
+        for p in programs:
+            if not isinstance(p, Program):
+                raise TypeError(f"run_many expects Program records, got {type(p).__name__}")
+        outcomes: list[Outcome | None] = [None] * len(programs)
+        with self._lock:
+            todo = _Queue(programs)
+            lanes = min(self.workers, len(programs))
+            threads = [
+                threading.Thread(
+                    target=self._lane_loop,
+                    args=(k, programs, todo, outcomes),
+                    name=f"sandbox-lane-{k}",
+                    daemon=True,
+                )
+                for k in range(lanes)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        return [o if o is not None else _crashed("lane_failed", "no outcome recorded") for o in outcomes]
+
+    def server_pids(self) -> list[int]:
+        """Process ids of the running fork servers (for tests of restart after a server's death)."""
+        return [s.pid for lane in self._lanes for s in lane.values() if s.alive()]
+
+    def close(self) -> None:
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- internals -------------------------------------------------------------------------
+    def _config(self, lane: int, replica: int) -> dict:
+        return {
+            "limits": dataclasses.asdict(self.limits),
+            "isolation": self.isolation,
+            "scratch": str(self.scratch),
+            "uid": UID_BASE + int.from_bytes(os.urandom(4), "big") % UID_SPAN,
+            "lane": lane,
+            "replica": replica,
+        }
+
+    def _server(self, lane: int, replica: int) -> _Server:
+        server = self._lanes[lane].get(replica)
+        if server is None or not server.alive():
+            if server is not None:
+                server.kill()
+            log = self.scratch / f"server-{lane}-{replica}.log"
+            seed = replica_hash_seed(self.hash_seed, replica)
+            server = self._lanes[lane][replica] = _Server(self._config(lane, replica), seed, log)
+        return server
+
+    def _lane_loop(self, lane: int, programs: list[Program], todo: _Queue, outcomes: list) -> None:
+        timeout = float(self.limits.wall_seconds) + GRACE_SECONDS
+        while not self._closed:  # closed from another thread (e.g. after an interrupt): stop feeding
+            chunk = todo.take(self.workers)
+            if not chunk:
+                return
+            try:
+                server = self._server(lane, int(programs[chunk[0]].replica))
+            except SandboxError as exc:
+                for i in chunk:
+                    outcomes[i] = _crashed("server_unavailable", str(exc))
+                continue
+            jobs = [_job(next(self._ids), programs[i]) for i in chunk]
+            done = 0
+            try:
+                server.send(jobs)
+                for i, job in zip(chunk, jobs):
+                    outcomes[i] = _outcome(server.receive(job, timeout))
+                    done += 1
+            except (OSError, TimeoutError, protocol.FrameError, ValueError) as exc:
+                server.kill()  # restarted on next use; the program it was running is reported,
+                outcomes[chunk[done]] = _crashed(
+                    "server_died", f"fork server failed during the program: {exc!r}"
+                )
+                todo.put_back(chunk[done + 1 :])  # the ones queued behind it run again elsewhere
+
+
+class _Queue:
+    """Indices of a batch, per replica, handed out in chunks to the lanes.
+
+    A chunk goes to one fork server in one message, so the server runs it back to back without
+    waiting for the caller between programs; chunks shrink towards the end of the batch so the
+    lanes finish together.
+    """
+
+    MAX_CHUNK = 8
+
+    def __init__(self, programs: list[Program]):
+        self._lock = threading.Lock()
+        self._replica = [int(p.replica) for p in programs]
+        self._by_replica: dict[int, collections.deque[int]] = {}
+        for i, replica in enumerate(self._replica):
+            self._by_replica.setdefault(replica, collections.deque()).append(i)
+
+    def take(self, lanes: int) -> list[int]:
+        with self._lock:
+            left = sum(len(q) for q in self._by_replica.values())
+            if not left:
+                return []
+            queue_ = max(self._by_replica.values(), key=len)
+            size = max(1, min(self.MAX_CHUNK, left // (4 * lanes), len(queue_)))
+            return [queue_.popleft() for _ in range(size)]
+
+    def put_back(self, indices: list[int]) -> None:
+        with self._lock:
+            for i in reversed(indices):
+                self._by_replica[self._replica[i]].appendleft(i)
+
+
+def _job(job_id: int, program: Program) -> dict:
+    return {
+        "id": job_id,
+        "source": program.source,
+        "entry": program.entry,
+        "calls": list(program.calls),
+        "stdin": program.stdin,
+    }
+
+
+def _outcome(answer: dict) -> Outcome:
+    status = answer.get("status")
+    if status not in STATUSES:
+        return _crashed("server_error", f"unknown status {status!r}")
+    return Outcome(
+        status=status,
+        reason=answer.get("reason"),
+        values=list(answer.get("values") or []),
+        stdout=str(answer.get("stdout") or ""),
+        seconds=float(answer.get("seconds") or 0.0),
+        detail=str(answer.get("detail") or ""),
+    )
+
+
+def _crashed(what: str, detail: str) -> Outcome:
+    return Outcome(status=CRASHED, reason=f"crashed:{what}", detail=detail[:300])
+
+
+def _shutdown(lanes: list[dict[int, _Server]], scratch: Path) -> None:
+    for lane in lanes:
+        for server in lane.values():
+            server.close()
+        lane.clear()
+    shutil.rmtree(scratch, ignore_errors=True)  # our logs and, in weak modes, leftover work dirs

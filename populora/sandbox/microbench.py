@@ -1,0 +1,136 @@
+"""Micro-benchmark: executions per second of ``Sandbox.run_many`` vs ``execute_naive``.
+
+    python -m populora.sandbox.microbench [--programs 200] [--workers N]
+
+Both sides run the same batch of small AZR-style programs with the same limits and the same
+number of concurrent executions (the naive side uses a thread pool of ``workers`` threads, each
+starting one ``python -I -S -c`` process per execution). Sandbox start-up (fork servers of both
+replicas) is timed separately and excluded from the throughput, then reported. The official
+validation benchmark is ``populora bench executor``; this one isolates the executor itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from populora.sandbox.api import Program, SandboxLimits
+from populora.sandbox.executor import Sandbox
+from populora.sandbox.naive import execute_naive
+
+TEMPLATES = [
+    ("def f(xs):\n    return sorted(xs, reverse=True)[:3]", ("[5, 3, 9, 1, {k}]",)),
+    (
+        "def f(s):\n    from collections import Counter\n    return Counter(s).most_common(2)",
+        ("'abracadabra{k}'",),
+    ),
+    (
+        "def f(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a",
+        ("{k}", "{k} + 10"),
+    ),
+    ("def f(a, b):\n    return {{i: a * i + b for i in range(5)}}", ("{k}, 3",)),
+    (
+        "import itertools\ndef f(xs):\n    return [p for p in itertools.permutations(xs, 2) if sum(p) % 2]",
+        ("[1, 2, 3, {k}]",),
+    ),
+    (
+        "def f(s):\n    return ''.join(c.upper() if i % 2 else c for i, c in enumerate(s))",
+        ("'hello world {k}'",),
+    ),
+    ("def f(m):\n    return [list(r) for r in zip(*m)]", ("[[1, 2], [3, {k}]]",)),
+    ("def f(x):\n    return 1 / (x - {k})", ("{k}",)),  # a runtime error, as real batches have some
+]
+
+
+def corpus(n: int) -> list[Program]:
+    programs = []
+    for i in range(n):
+        source, calls = TEMPLATES[i % len(TEMPLATES)]
+        k = i // len(TEMPLATES)
+        programs.append(Program(source.format(k=k), calls=tuple(c.format(k=k) for c in calls), replica=i % 2))
+    return programs
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(own, reaped children's) CPU seconds of ``pid`` from ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def cpu_breakdown(n: int) -> dict[str, float]:
+    """Milliseconds of CPU per program for the fork server, its children and the caller (one lane)."""
+    programs = [Program("def f(a):\n    return sorted(a)", calls=("[3, 1, 2]",)) for _ in range(n)]
+    with Sandbox(workers=1) as sb:
+        sb.run_many(programs[:5])
+        (pid,) = sb.server_pids()
+        if sb.mode == "full":  # the process we started only waits; the server is its one child
+            with open(f"/proc/{pid}/task/{pid}/children") as fh:
+                pid = int(fh.read().split()[0])
+        own0, kids0 = _cpu_seconds(pid)
+        me0 = time.process_time()
+        start = time.perf_counter()
+        outcomes = sb.run_many(programs)
+        wall = time.perf_counter() - start
+        own1, kids1 = _cpu_seconds(pid)
+        me1 = time.process_time()
+    per = 1000.0 / n
+    return {
+        "wall": wall * per,
+        "server": (own1 - own0) * per,
+        "children": (kids1 - kids0) * per,
+        "caller": (me1 - me0) * per,
+        "child_wall": sum(o.seconds for o in outcomes) * per,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--cpu", action="store_true", help="also print CPU per program, by process (Linux /proc)"
+    )
+    args = parser.parse_args(argv)
+    limits = SandboxLimits()
+    programs = corpus(args.programs)
+
+    t0 = time.perf_counter()
+    with Sandbox(limits=limits, workers=args.workers) as sb:
+        sb.run_many(
+            [Program("def f():\n    return 0", calls=("",), replica=r) for r in (0, 1)] * args.workers
+        )
+        startup = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        fast = sb.run_many(programs)
+        fast_s = time.perf_counter() - t1
+        mode = sb.mode
+    t2 = time.perf_counter()
+    with ThreadPoolExecutor(args.workers) as pool:
+        slow = list(pool.map(lambda p: execute_naive(p, limits), programs))
+    slow_s = time.perf_counter() - t2
+
+    agree = sum((a.status, a.values) == (b.status, b.values) for a, b in zip(fast, slow))
+    n = len(programs)
+    print(f"programs: {n}  workers: {args.workers}  cores: {os.cpu_count()}  sandbox isolation: {mode}")
+    print(
+        f"sandbox run_many : {n / fast_s:8.1f} executions/s  ({1000 * fast_s / n:.2f} ms each, "
+        f"start-up {startup:.2f} s excluded)"
+    )
+    print(f"naive python -c  : {n / slow_s:8.1f} executions/s  ({1000 * slow_s / n:.2f} ms each)")
+    print(f"ratio            : {slow_s / fast_s:8.1f}x   (outcomes agree on {agree}/{n})")
+    if args.cpu:
+        c = cpu_breakdown(300)
+        print(
+            f"CPU per program (one lane, 300 x sorted): fork server {c['server']:.2f} ms, children "
+            f"{c['children']:.2f} ms, caller {c['caller']:.2f} ms; wall {c['wall']:.2f} ms "
+            f"(child {c['child_wall']:.2f} ms)"
+        )
+    return 0 if agree == n else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,342 @@
+"""The PopuLoRA self-play step, top to bottom.
+
+What the algorithm is, honestly: asymmetric self-play between a population of LoRA *teachers*
+(proposers) and LoRA *students* (solvers) on one frozen base model, trained with a critic-free
+REINFORCE++-style policy gradient and no KL. One step:
+
+1. matchmaking: every teacher gets one student by PFSP over TrueSkill ratings;
+2. propose: every teacher writes its proposals (each task type, each prompt showing K references
+   from that type's buffer; ``code_f``: a buffer program to write inputs and a message for): one
+   mixed-adapter ``generate`` call for all teachers;
+3. validate: parse, AST safety check, two independent sandboxed executions (parallel);
+4. solve: the matched student attempts every fresh valid task of its teacher(s) with n sampled
+   rollouts, plus buffer tasks to fill its budget: one mixed-adapter ``generate`` call;
+5. check answers (sandboxed where execution is needed), solve rate rho per task;
+6. rewards: teacher ``-1`` invalid, ``0`` if rho in {0, 1}, else ``1 - rho``; student ``+1`` /
+   ``-0.5`` / ``-1``;
+7. ratings: one TrueSkill game per (teacher, student) pair;
+8. train: one policy update per member on exactly its own budget of sequences (compute matching,
+   see ``budget.py``); only that member's adapter changes;
+9. every k steps: the weakest of each role are replaced by children of the strongest, made by LoRA
+   weight-space operators;
+10. valid tasks join the buffers.
+
+The single-agent baseline is this same loop with one member (role ``agent``) that proposes and
+solves (AZR with one LoRA); it has no ratings and no evolution.
+
+All randomness of a step is drawn from generators seeded by ``(seed, step, purpose)``, so a run
+resumed from a checkpoint repeats exactly what an uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+from populora.config import Config
+from populora.policy import make_backend
+from populora.policy.adapters import AdapterWeights
+from populora.policy.base import GenerationRequest, SamplingParams
+from populora.population import evolution, matchmaking, ratings
+from populora.population.members import LineageLog, Member, founder_record, founders
+from populora.sandbox import Sandbox, SandboxLimits
+from populora.selfplay import stages
+from populora.selfplay.budget import Usage, budget_for
+from populora.selfplay.train import train_member
+from populora.tasks.buffers import TaskBuffers, seed_buffers
+from populora.tasks.validation import ValidationConfig
+
+log = logging.getLogger(__name__)
+
+# purposes of the per-step random generators (never reorder: it would change every run)
+RNG_MATCH, RNG_PROPOSE, RNG_SOLVE, RNG_SELECT, RNG_EVOLVE, RNG_GEN_T, RNG_GEN_S = range(7)
+
+
+def step_seed(seed: int, step: int, purpose: int) -> int:
+    """A 31-bit seed that depends only on (run seed, step, purpose)."""
+    return int(np.random.default_rng([seed, step, purpose]).integers(0, 2**31 - 1))
+
+
+def step_rng(seed: int, step: int, purpose: int) -> random.Random:
+    return random.Random(step_seed(seed, step, purpose))
+
+
+class SelfPlay:
+    """State of a self-play run and its ``step``. Side effects: the backend and the sandbox."""
+
+    def __init__(self, cfg: Config, run_dir: str | Path, progress: bool = True):
+        self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.validation = ValidationConfig(
+            max_output_chars=cfg.tasks.max_output_chars,
+            code_f_inputs=cfg.tasks.code_f_inputs,
+            code_f_shown=cfg.tasks.code_f_shown,
+        )
+        sb = cfg.sandbox
+        limits = SandboxLimits(
+            wall_seconds=sb.wall_seconds,
+            cpu_seconds=sb.cpu_seconds,
+            memory_mb=sb.memory_mb,
+            max_output_chars=cfg.tasks.max_output_chars,
+        )
+        self.sandbox = Sandbox(limits=limits, workers=sb.workers or None)
+        self.backend = make_backend(cfg.model, cfg.lora, cfg.rl)
+        self.buffers: TaskBuffers = seed_buffers(self.sandbox, cfg.tasks.buffer_capacity, self.validation)
+        self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
+        self.members: dict[str, Member] = {}
+        self.step_done = 0
+        self.events: list[dict] = []
+        self.last_metrics: dict = {}
+        self.on_stage = lambda name: None  # progress display hook (set by the runner)
+        shapes = self.backend.module_shapes()
+        for i, member in enumerate(initial_members(cfg)):
+            weights = AdapterWeights.init(
+                shapes,
+                cfg.lora.rank,
+                cfg.lora.alpha,
+                b_init=cfg.lora.init,
+                b_std=cfg.lora.b_std,
+                seed=cfg.seed * 1000 + i,
+            )
+            self._add_member(member, weights)
+
+    @property
+    def baseline(self) -> bool:
+        return self.cfg.population.baseline
+
+    # -- the step ---------------------------------------------------------------------------------
+    def step(self, step: int) -> dict:
+        """One self-play step; returns its metrics row (stable names)."""
+        cfg, seed = self.cfg, self.cfg.seed
+        timings: dict[str, float] = {}
+        usage = {mid: Usage() for mid in self.members}
+        metrics: dict = {}
+
+        self.on_stage("matchmaking")
+
+        # 1. matchmaking (PFSP over TrueSkill); the baseline agent plays against itself
+        t = time.perf_counter()
+        teachers = [m for m in self.members.values() if m.role in ("teacher", "agent")]
+        students = [m for m in self.members.values() if m.role in ("student", "agent")]
+        if self.baseline:
+            pairs = {teachers[0].id: students[0].id}
+        else:
+            ratings_now = {m.id: m.rating for m in self.members.values()}
+            pairs = dict(matchmaking.pair([m.id for m in teachers], [m.id for m in students], ratings_now,
+                                          cfg.matchmaking, cfg.ratings, step_rng(seed, step, RNG_MATCH)))
+        timings["time/matchmaking_s"] = time.perf_counter() - t
+
+        self.on_stage("propose")
+
+        # 2. propose: every teacher's proposals in ONE mixed-adapter generate call
+        t = time.perf_counter()
+        jobs = stages.proposal_jobs(teachers, self.buffers, cfg, lambda m: budget_for(cfg, m.role).proposals,
+                                    step_rng(seed, step, RNG_PROPOSE))
+        gens = self._generate([GenerationRequest(self._format(j.question), self.members[j.member_id].adapter)
+                               for j in jobs], cfg.selfplay.teacher_sampling, 1,
+                              step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
+        timings["time/generate_s"] = time.perf_counter() - t
+
+        self.on_stage("validate")
+
+        # 3. validate in the sandbox (parallel, two independent executions each)
+        t = time.perf_counter()
+        proposals = [stages.parse_proposal(j, g, step) for j, g in zip(jobs, gens)]
+        verdicts = stages.validate(proposals, self.sandbox, self.validation, metrics)
+        timings["time/validate_s"] = time.perf_counter() - t
+
+        self.on_stage("solve")
+
+        # 4. solve: matched students attempt fresh valid tasks (+ buffer top-up), ONE generate call
+        t = time.perf_counter()
+        plan = stages.solve_plan(pairs, jobs, verdicts, self.buffers, cfg,
+                                 {m.id: budget_for(cfg, m.role).attempts for m in students},
+                                 step_rng(seed, step, RNG_SOLVE))
+        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(task)),
+                                                   self.members[sid].adapter) for sid, task, _ in plan],
+                                cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
+                                step_seed(seed, step, RNG_GEN_S), metrics, "student")
+        timings["time/solve_s"] = time.perf_counter() - t
+
+        self.on_stage("check")
+
+        # 5. check answers (sandboxed where execution is needed); solve rate rho per task
+        t = time.perf_counter()
+        attempts = stages.check(plan, s_gens, self.sandbox, metrics)
+        rho = stages.solve_rates(plan, attempts)
+        timings["time/check_s"] = time.perf_counter() - t
+
+        # 6. rewards: teachers from validity and rho; students' rewards are on their attempts
+        t_rewards = stages.teacher_rewards(jobs, verdicts, rho, pairs, cfg)
+
+        self.on_stage("ratings")
+
+        # 7. ratings: one TrueSkill game per (teacher, student) pair
+        if not self.baseline:
+            games, outcomes = stages.match_results(pairs, jobs, verdicts, rho, cfg)
+            new = ratings.update({m.id: m.rating for m in self.members.values()}, games, outcomes, cfg.ratings)
+            for mid, r in new.items():
+                self.members[mid].rating = r
+            metrics.update({f"match/{tid}/{sid}": stages.OUTCOME_SCORE[o] for (tid, sid), o in zip(games, outcomes)})
+
+        self.on_stage("train")
+
+        # 8. train: one policy update per member on exactly its budget of sequences
+        t = time.perf_counter()
+        batches = stages.training_batches(self.members, jobs, gens, t_rewards, plan, s_gens, attempts, cfg, usage,
+                                          step_rng(seed, step, RNG_SELECT))
+        for mid, batch in batches.items():
+            stats = train_member(self.backend, self.members[mid].adapter, batch, cfg.rl, cfg.model.max_batch_size)
+            usage[mid].optimizer_steps += stats.pop("optimizer_steps")
+            metrics.update({f"train/{mid}/{k}": v for k, v in stats.items()})
+        timings["time/train_s"] = time.perf_counter() - t
+
+        self.on_stage("evolve")
+
+        # 9. every k steps: PBT replacement of the weakest per role by evolved children
+        t = time.perf_counter()
+        if not self.baseline and cfg.evolution.due(step):
+            metrics["evolution/replaced"] = self._evolve(step)
+        timings["time/evolve_s"] = time.perf_counter() - t
+
+        self.on_stage("buffers")
+
+        # 10. valid tasks join the buffers (deduplicated, capacity-bounded)
+        metrics["buffer/added"] = sum(self.buffers.add(v.task) for v in verdicts if v.valid and v.task is not None)
+        metrics.update({f"buffer/{tt}/size": len(self.buffers[tt]) for tt in cfg.tasks.types})
+
+        metrics.update(stages.step_metrics(self.members, jobs, verdicts, plan, attempts, rho, t_rewards))
+        for mid, u in usage.items():
+            metrics.update(u.as_metrics(mid))
+        if not self.baseline:
+            for m in self.members.values():
+                metrics[f"member/{m.id}/mu"] = m.rating.mu
+                metrics[f"member/{m.id}/sigma"] = m.rating.sigma
+        metrics.update(timings)
+        stages.write_examples(self.run_dir / "examples.jsonl", step, jobs, verdicts, plan, attempts)
+        self.step_done = step
+        self.last_metrics = metrics
+        return metrics
+
+    # -- pieces of the step with side effects ------------------------------------------------------
+    def _format(self, question: str) -> str:
+        from populora.tasks.prompts import format_chat, format_r1
+
+        if self.cfg.model.prompt_style == "r1":
+            return format_r1(question)
+        return format_chat(question, self.backend.tokenizer)
+
+    def _generate(self, requests, sc, n: int, seed: int, metrics: dict, role: str):
+        """One mixed-adapter generate call; a failure is recorded and yields no completions."""
+        if not requests:
+            return []
+        sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
+                                  n=n, seed=seed)
+        try:
+            return self.backend.generate(requests, sampling)
+        except Exception as e:  # a generation failure must not kill the run: this step trains on less
+            log.exception("generation failed for %d %s requests", len(requests), role)
+            metrics[f"errors/{role}/generate"] = 1
+            metrics[f"errors/{role}/generate_reason"] = f"{type(e).__name__}: {str(e)[:200]}"
+            return [None] * len(requests)
+
+    def _evolve(self, step: int) -> int:
+        """Replace the weakest of each role by children; returns how many were replaced."""
+        rng = step_rng(self.cfg.seed, step, RNG_EVOLVE)
+        births = []
+        for role in ("teacher", "student"):
+            births += evolution.replace_weakest(
+                list(self.members.values()), role, step, self.cfg.evolution, self.cfg.ratings, rng,
+                get_weights=self.backend.get_weights,
+            )
+        for birth in births:
+            old = self.members.pop(birth.replaced.id)
+            self.backend.remove_adapter(old.adapter)
+            self._add_member(birth.child, birth.weights)  # fresh adapter name, fresh optimizer state
+            self.lineage.append([birth.record])
+            self.events.append(birth.record)
+        return len(births)
+
+    def _add_member(self, member: Member, weights: AdapterWeights) -> None:
+        self.backend.add_adapter(member.adapter, weights)
+        self.members[member.id] = member
+
+    # -- persistence -------------------------------------------------------------------------------
+    def record_births(self) -> None:
+        self.lineage.append([founder_record(m) for m in self.members.values()])
+
+    def checkpoint_payload(self) -> tuple[dict, dict, dict]:
+        adapters = {m.adapter: self.backend.get_weights(m.adapter) for m in self.members.values()}
+        opt = {m.adapter: self.backend.optimizer_state(m.adapter) for m in self.members.values()}
+        state = {
+            "members": [m.to_dict() for m in self.members.values()],
+            "buffers": self.buffers.to_json(),
+            "events": self.events,
+            "last_metrics": {k: v for k, v in self.last_metrics.items() if isinstance(v, (int, float, str))},
+        }
+        return adapters, opt, state
+
+    def restore(self, ckpt) -> None:
+        for name in list(self.backend.adapter_names()):
+            self.backend.remove_adapter(name)
+        self.members = {}
+        for d in ckpt.state["members"]:
+            m = Member.from_dict(d)
+            self._add_member(m, ckpt.adapters[m.adapter])
+            self.backend.load_optimizer_state(m.adapter, ckpt.optimizer_states[m.adapter])
+        self.buffers = TaskBuffers.from_json(ckpt.state["buffers"])
+        self.events = list(ckpt.state.get("events", []))
+        self.last_metrics = dict(ckpt.state.get("last_metrics", {}))
+        self.step_done = ckpt.step
+
+    def export_final(self, run_dir: Path) -> None:
+        """Final adapters as PEFT directories + members.json (what evaluation reads)."""
+        out = []
+        for m in self.members.values():
+            self.backend.get_weights(m.adapter).save_peft(run_dir / "adapters" / m.id,
+                                                          base_model_name_or_path=self.cfg.model.name)
+            out.append({"id": m.id, "role": m.role, "adapter_dir": f"adapters/{m.id}",
+                        "mu": None if self.baseline else m.rating.mu,
+                        "sigma": None if self.baseline else m.rating.sigma,
+                        "parents": list(m.parents), "operator": m.operator, "born_step": m.born_step})
+        tmp = run_dir / "members.json.tmp"
+        tmp.write_text(json.dumps(out, indent=2))
+        tmp.replace(run_dir / "members.json")
+
+    def summary(self, status: str) -> dict:
+        lm = self.last_metrics
+        return {
+            "name": self.cfg.name,
+            "status": status,
+            "steps_done": self.step_done,
+            "steps": self.cfg.selfplay.steps,
+            "baseline": self.baseline,
+            "model": self.cfg.model.name,
+            "members": [
+                {"id": m.id, "role": m.role, "adapter": m.adapter, "born_step": m.born_step,
+                 "mu": None if self.baseline else m.rating.mu,
+                 "sigma": None if self.baseline else m.rating.sigma,
+                 "score": None if self.baseline else ratings.conservative_score(m.rating, self.cfg.ratings)}
+                for m in self.members.values()
+            ],
+            "last_step_rates": {k: v for k, v in lm.items() if k.endswith(("valid_rate", "solve_rate"))},
+            "evolution_events": len(self.events),
+            "run_dir": str(self.run_dir),
+        }
+
+    def close(self) -> None:
+        self.sandbox.close()
+        self.backend.close()
+
+
+def initial_members(cfg: Config) -> list[Member]:
+    """t0..t{T-1} and s0..s{S-1}; the baseline has one member ``a0`` in role ``agent``."""
+    prior = ratings.prior(cfg.ratings)
+    if cfg.population.baseline:
+        return [Member(id="a0", role="agent", adapter="a0", rating=prior)]
+    return founders(cfg.population.teachers, cfg.population.students, prior)

@@ -1,0 +1,104 @@
+"""Metrics of a run: one JSON line per step in ``metrics.jsonl`` under stable names.
+
+Names are ``<scope>/<...>/<metric>``, for example ``teacher/code_o/valid_rate``,
+``student/code_f/solve_rate``, ``member/t0/mu``, ``adapter/t0/sequences``, ``time/generate_s``.
+They never change meaning between versions; new metrics get new names (CleanRL's rule).
+Values under ``time/`` are wall-clock measurements and are the only ones that differ between two
+runs of the same config and seed.
+
+TensorBoard event files are written too when the ``tensorboard`` package is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+TIME_PREFIX = "time/"
+
+
+def mean(xs: Iterable[float]) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None  # JSON has no NaN; null means "no data this step"
+    return v
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl`` (plus TensorBoard when available)."""
+
+    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+                self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+            except Exception:  # tensorboard not installed: JSONL only
+                self._tb = None
+
+    def log(self, step: int, metrics: dict) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, sort_keys=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """Drop lines of steps after ``step`` (written before a crash, redone after resume)."""
+        truncate_jsonl(self.path, lambda row: row.get("step", 0) <= step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def truncate_jsonl(path: Path, keep) -> None:
+    """Rewrite a JSONL file keeping the rows for which ``keep(row)`` is true (atomically).
+
+    A torn last line (a crash mid-write) is dropped as well.
+    """
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if keep(row):
+            kept.append(line)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(x + "\n" for x in kept))
+    os.replace(tmp, path)
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def without_timings(row: dict) -> dict:
+    """A metrics row minus wall-clock values (for comparing runs)."""
+    return {k: v for k, v in row.items() if not k.startswith(TIME_PREFIX)}

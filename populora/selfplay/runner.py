@@ -1,0 +1,169 @@
+"""Run a training job end to end: run directory, resume, signals, checkpoints, summary.
+
+``train(...)`` is the library entry point behind ``populora train`` and the submitit job
+(``jobs/train.py``). The algorithm itself is in ``populora.selfplay.loop``; this module only does
+the side effects around it.
+
+Run directory layout (``runs/<name>/``)::
+
+    config.yaml        resolved config (what ``--resume`` reads)
+    metrics.jsonl      one line per step (stable metric names)
+    lineage.jsonl      every birth and replacement of a member
+    examples.jsonl     a few tasks per step with their verdicts (for humans)
+    checkpoints/       atomic checkpoints (see populora.checkpoint)
+    adapters/<id>/     final adapters as PEFT directories (vLLM-loadable)
+    members.json       the final members: id, role, adapter_dir, rating
+    summary.json       written when the run ends (finished or interrupted)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from populora.checkpoint import load_latest, save_checkpoint
+from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
+from populora.selfplay.metrics import MetricsLog, truncate_jsonl
+
+# Overrides allowed when resuming: they change how long / where, never what is trained.
+RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard")
+
+
+class StopFlag:
+    """Set by SIGTERM / SIGUSR2 (Slurm preemption); the loop checkpoints and stops between steps."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.signal is not None
+
+    def install(self) -> dict:
+        old = {}
+        for sig in (signal.SIGTERM, signal.SIGUSR2):
+            old[sig] = signal.signal(sig, self._handle)
+        return old
+
+    def _handle(self, signum, frame) -> None:
+        self.signal = signum
+
+
+def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | None, resume: bool) -> tuple[Config, Path]:
+    """Resolve the config and the run directory; refuse to clobber an existing run."""
+    if resume:
+        if run_dir is None:
+            raise ConfigError("--resume needs the run directory")
+        rd = Path(run_dir)
+        cfg_file = rd / "config.yaml"
+        if not cfg_file.is_file():
+            raise ConfigError(f"{cfg_file}: missing; is {rd} a run directory?")
+        bad = [o for o in overrides if o.split("=", 1)[0] not in RESUMABLE_KEYS]
+        if bad:
+            raise ConfigError(f"override {bad[0]!r} cannot change on resume; allowed keys: {', '.join(RESUMABLE_KEYS)}")
+        cfg = config_from_yaml_text(cfg_file.read_text())
+        if overrides:
+            from omegaconf import OmegaConf
+
+            merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
+            cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
+        return cfg, rd
+    cfg = load_config(config_file, overrides)
+    rd = Path(run_dir) if run_dir else run_dir_of(cfg)
+    if (rd / "config.yaml").exists():
+        raise ConfigError(f"{rd} already holds a run; use `populora train --resume {rd}` or choose another run.dir")
+    cfg.run.dir = str(rd)
+    rd.mkdir(parents=True, exist_ok=True)
+    (rd / "config.yaml").write_text(to_yaml(cfg))
+    return cfg, rd
+
+
+def train(
+    config_file: str | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    run_dir: str | None = None,
+    resume: bool = False,
+    *,
+    handle_signals: bool = True,
+    progress: bool = True,
+) -> dict:
+    """Run (or resume) one training run; return its summary dict.
+
+    Resuming a run that already finished all its steps is a no-op returning the existing summary.
+    """
+    from populora.selfplay.loop import SelfPlay  # heavy imports (torch, transformers) only here
+
+    cfg, rd = prepare_run(config_file, list(overrides), run_dir, resume)
+    ckpt = load_latest(rd / "checkpoints") if resume else None
+    start = ckpt.step if ckpt else 0
+    summary_file = rd / "summary.json"
+    if resume and summary_file.exists() and start >= cfg.selfplay.steps:
+        return json.loads(summary_file.read_text())
+
+    metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard)
+    # Lines written after the checkpoint we resume from are redone: drop them first.
+    metrics.truncate_after(start)
+    for name in ("lineage.jsonl", "examples.jsonl", "events.jsonl"):
+        truncate_jsonl(rd / name, lambda row: row.get("step", 0) <= start)
+
+    stop = StopFlag()
+    old_handlers = stop.install() if handle_signals else {}
+    sp = SelfPlay(cfg, rd, progress=progress)
+    status = "finished"
+    try:
+        if ckpt:
+            sp.restore(ckpt)
+        else:
+            sp.record_births()
+        last_saved, ckpt_seconds = start, None
+        bar = tqdm(range(start + 1, cfg.selfplay.steps + 1), desc=cfg.name, unit="step", disable=not progress,
+                   initial=start, total=cfg.selfplay.steps)
+        sp.on_stage = lambda name: bar.set_postfix_str(name)
+        for step in bar:
+            t0 = time.perf_counter()
+            row = sp.step(step)
+            row["time/step_s"] = time.perf_counter() - t0
+            if ckpt_seconds is not None:  # the previous checkpoint's cost, reported one step late
+                row["time/checkpoint_s"] = ckpt_seconds
+            # Metrics first, then the checkpoint: a crash in between leaves a line that resume drops.
+            metrics.log(step, row)
+            ckpt_seconds = None
+            if step % cfg.run.checkpoint_every == 0 or step == cfg.selfplay.steps or stop:
+                tc = time.perf_counter()
+                _save(sp, rd, step, cfg)
+                last_saved, ckpt_seconds = step, time.perf_counter() - tc
+            bar.set_postfix_str(_progress_line(row))
+            if stop:
+                status = f"interrupted by signal {signal.Signals(stop.signal).name}"
+                break
+        if last_saved != sp.step_done and sp.step_done > 0:
+            _save(sp, rd, sp.step_done, cfg)
+        sp.export_final(rd)
+        summary = sp.summary(status)
+        tmp = summary_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+        os.replace(tmp, summary_file)
+        return summary
+    finally:
+        sp.close()
+        metrics.close()
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+
+
+def _progress_line(row: dict) -> str:
+    valid = [v for k, v in row.items() if k.startswith("teacher/") and k.endswith("valid_rate") and v is not None]
+    solve = [v for k, v in row.items() if k.startswith("student/") and k.endswith("/solve_rate") and v is not None]
+    fmt = lambda xs: f"{sum(xs) / len(xs):.2f}" if xs else "-"  # noqa: E731
+    return f"valid {fmt(valid)} solve {fmt(solve)} step {row['time/step_s']:.1f}s"
+
+
+def _save(sp, rd: Path, step: int, cfg: Config) -> None:
+    adapters, opt_states, state = sp.checkpoint_payload()
+    save_checkpoint(
+        rd / "checkpoints", step, adapters, opt_states, state, keep=cfg.run.keep_checkpoints, base_model=cfg.model.name
+    )

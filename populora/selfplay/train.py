@@ -1,0 +1,105 @@
+"""One policy update of one member on its own sequences (only its adapter changes).
+
+Advantages are computed per role with the role's estimator (``rl.teacher_estimator`` /
+``rl.student_estimator``; the baseline agent has sequences of both roles and each role keeps its
+own estimator). The loss is summed over micro-batches whose losses add up to the full-batch loss
+(``denominator``), then ONE optimizer step is taken. If the loss or the updated weights are not
+finite, the adapter is put back to its weights before the update, its optimizer state is reset,
+and the step is flagged in the metrics (``train/<id>/nan_restored``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from populora.policy.base import PolicyBackend
+from populora.rl.advantages import role_advantages
+from populora.rl.config import RLConfig
+from populora.rl.losses import policy_loss
+
+log = logging.getLogger(__name__)
+
+
+def advantages_of(batch, rl: RLConfig) -> torch.Tensor:
+    """One advantage per sequence, estimator chosen by each sequence's role."""
+    adv = torch.zeros(len(batch), dtype=torch.float32)
+    for role in ("teacher", "student"):
+        idx = [i for i, s in enumerate(batch) if s.role == role]
+        if not idx:
+            continue
+        a = role_advantages(
+            rl.estimator_for(role), role,
+            [batch[i].reward for i in idx], [batch[i].prompt_group for i in idx], [batch[i].task_type for i in idx],
+        )
+        adv[idx] = a.to(torch.float32)
+    return adv
+
+
+def _pad(rows: list[list[float]], length: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), length, dtype=torch.float32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
+    return out
+
+
+def _denominator(batch, aggregation: str) -> float:
+    if aggregation == "token_mean":
+        return float(max(1, sum(len(s.completion_ids) for s in batch)))
+    if aggregation == "seq_mean":
+        return float(len(batch))
+    # seq_sum_token_mean: B * T with T the longest completion of the whole batch
+    return float(len(batch) * max(1, max(len(s.completion_ids) for s in batch)))
+
+
+def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, max_batch_size: int) -> dict:
+    """Advantages, loss over micro-batches, one optimizer step. Returns stats (stable names)."""
+    adv = advantages_of(batch, rl)
+    before = backend.get_weights(adapter)
+    mbs = max(1, min(rl.micro_batch_size, max_batch_size))
+    denom = _denominator(batch, rl.aggregation)
+    totals: dict[str, float] = {}
+    total_loss = 0.0
+    chunks = [list(range(i, min(i + mbs, len(batch)))) for i in range(0, len(batch), mbs)]
+    loss = None
+    for k, idx in enumerate(chunks):
+        seqs = [batch[i] for i in idx]
+        tl = backend.completion_logprobs(
+            adapter, [s.prompt_ids for s in seqs], [s.completion_ids for s in seqs],
+            with_grad=True, with_entropy=rl.entropy_coef > 0,
+        )
+        old = _pad([s.logprobs for s in seqs], tl.logprobs.shape[1])
+        loss, stats = policy_loss(
+            tl.logprobs, old, adv[idx].to(tl.logprobs.device), tl.mask, entropy=tl.entropy,
+            denominator=denom, **rl.loss_kwargs(),
+        )
+        total_loss += float(loss.detach())
+        for name, v in stats.items():
+            totals[name] = totals.get(name, 0.0) + float(v) * len(idx)
+        if k < len(chunks) - 1:
+            loss.backward()  # accumulate; the last chunk's backward happens in optimizer_step
+    out = {f"{k}": v / len(batch) for k, v in totals.items() if k not in ("tokens", "sequences")}
+    out["loss/total"] = total_loss
+    out["adv/std"] = float(adv.std()) if len(adv) > 1 else 0.0
+    out["sequences"] = len(batch)
+    if not math.isfinite(total_loss):
+        backend.discard_gradients(adapter)
+        _restore(backend, adapter, before, "non-finite loss")
+        out.update({"nan_restored": 1, "optimizer_steps": 0})
+        return out
+    out["grad_norm"] = backend.optimizer_step(adapter, loss, max_grad_norm=rl.max_grad_norm)
+    out["optimizer_steps"] = 1
+    if not math.isfinite(out["grad_norm"]) or not backend.get_weights(adapter).is_finite():
+        _restore(backend, adapter, before, "non-finite weights after the update")
+        out["nan_restored"] = 1
+    else:
+        out["nan_restored"] = 0
+    return out
+
+
+def _restore(backend: PolicyBackend, adapter: str, weights, why: str) -> None:
+    log.warning("adapter %s: %s; restored its last good weights and reset its optimizer", adapter, why)
+    backend.set_weights(adapter, weights)
+    backend.reset_optimizer(adapter)

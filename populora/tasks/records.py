@@ -1,0 +1,205 @@
+"""Records of the AZR task environment: proposals, tasks, attempts, and rejection reasons.
+
+The three task types of the Absolute Zero Reasoner (AZR):
+
+- ``code_o`` (deduction): given a program ``f`` and an input, predict the output;
+- ``code_i`` (abduction): given ``f`` and an output, give an input that produces it;
+- ``code_f`` (induction): given input/output pairs and a message, write ``f``. The teacher proposes
+  ``n`` inputs (10 by default) for a program taken from the buffer; the first ``n_shown`` (5) pairs are
+  shown to the student and the rest are hidden and decide correctness.
+
+Inputs and outputs are kept as text: an input is the text of a Python argument list of literals
+(``"1, [2, 3]"`` means ``f(1, [2, 3])``) and an output is the ``repr`` of the returned value.
+
+All records serialise to plain JSON (``to_json`` / ``from_json``) for buffers and checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+CODE_O = "code_o"
+CODE_I = "code_i"
+CODE_F = "code_f"
+TASK_TYPES = (CODE_O, CODE_I, CODE_F)
+
+# --- machine-readable reasons --------------------------------------------------------------------
+# A rejected proposal or a failed attempt carries one of these (or a parametrised form below).
+FORMAT = "format"  # the completion lacks the expected <answer> block / fenced blocks / grammar
+SYNTAX_ERROR = "syntax_error"  # the program does not parse
+NO_ENTRY_FUNCTION = "no_entry_function"  # no top-level ``def f``
+BAD_INPUT = "bad_input"  # an input is not an argument list of Python literals
+DUPLICATE_INPUTS = "duplicate_inputs"  # code_f: two proposed inputs are the same value
+TOO_FEW_INPUTS = "too_few_inputs"  # code_f: fewer distinct inputs than required
+NONDETERMINISTIC = "nondeterministic"  # the two independent executions disagree
+TIMEOUT = "timeout"
+MEMORY = "memory"
+OUTPUT_TOO_LARGE = "output_too_large"  # an output repr is over the limit (never truncated)
+NOT_LITERAL = "not_literal"  # code_o/code_i output that ``ast.literal_eval`` cannot read back
+WRONG = "wrong"  # attempt: well formed but not equal to the gold answer
+REASONS = (
+    FORMAT,
+    SYNTAX_ERROR,
+    NO_ENTRY_FUNCTION,
+    BAD_INPUT,
+    DUPLICATE_INPUTS,
+    TOO_FEW_INPUTS,
+    NONDETERMINISTIC,
+    TIMEOUT,
+    MEMORY,
+    OUTPUT_TOO_LARGE,
+    NOT_LITERAL,
+    WRONG,
+)
+
+
+def banned(name: str) -> str:
+    """Reason for a program that uses a banned module, name or attribute: ``banned:<name>``."""
+    return f"banned:{name}"
+
+
+def runtime_error(exc_type: str) -> str:
+    """Reason for a program that raised: ``runtime_error:<ExceptionType>``."""
+    return f"runtime_error:{exc_type}"
+
+
+def reason_kind(reason: str | None) -> str | None:
+    """The family of a reason (``banned:os`` -> ``banned``), for counting rejections."""
+    return None if reason is None else reason.split(":", 1)[0]
+
+
+def _check_type(task_type: str) -> str:
+    if task_type not in TASK_TYPES:
+        raise ValueError(f"unknown task type {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    return task_type
+
+
+class _JsonRecord:
+    """JSON (de)serialisation shared by the records: tuples become lists and back."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]):
+        known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - set(known)
+        if unknown:
+            raise ValueError(f"{cls.__name__}.from_json: unknown keys {sorted(unknown)}")
+        kwargs = {}
+        for name, value in data.items():
+            if isinstance(value, list) and "tuple" in str(known[name].type):
+                value = tuple(value)
+            kwargs[name] = value
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Proposal(_JsonRecord):
+    """A teacher's raw output, parsed but not yet validated.
+
+    For ``code_o``/``code_i``: ``program`` and one input in ``inputs``. For ``code_f``: the program given
+    to the teacher (from the buffer), the proposed ``inputs`` and the ``message``. ``reason`` is
+    ``"format"`` when the completion could not be parsed (the other fields may then be empty).
+    """
+
+    type: str
+    program: str
+    inputs: tuple[str, ...] = ()
+    message: str = ""
+    teacher_id: str = ""
+    step: int = 0
+    completion: str = ""
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_type(self.type)
+
+
+@dataclass(frozen=True)
+class Task(_JsonRecord):
+    """A validated task. ``input``/``output`` for code_o/code_i; ``inputs``/``outputs`` for code_f."""
+
+    id: str
+    type: str
+    program: str
+    input: str = ""
+    output: str = ""
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    message: str = ""
+    n_shown: int = 5
+    teacher_id: str = ""
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        _check_type(self.type)
+        if self.type == CODE_F:
+            if len(self.inputs) != len(self.outputs):
+                raise ValueError(f"task {self.id}: {len(self.inputs)} inputs but {len(self.outputs)} outputs")
+            if not 0 < self.n_shown < len(self.inputs):
+                raise ValueError(
+                    f"task {self.id}: n_shown={self.n_shown} must leave shown and hidden pairs "
+                    f"among {len(self.inputs)} inputs"
+                )
+
+    @property
+    def shown_pairs(self) -> list[tuple[str, str]]:
+        """code_f: the (input, output) pairs shown to the student."""
+        return list(zip(self.inputs[: self.n_shown], self.outputs[: self.n_shown]))
+
+    @property
+    def hidden_pairs(self) -> list[tuple[str, str]]:
+        """code_f: the (input, output) pairs that decide correctness."""
+        return list(zip(self.inputs[self.n_shown :], self.outputs[self.n_shown :]))
+
+
+def task_id(task_type: str, program: str, inputs: tuple[str, ...]) -> str:
+    """Content id of a task: the same program and inputs give the same id in every process."""
+    h = hashlib.sha1(repr((task_type, program, tuple(inputs))).encode("utf-8"))
+    return f"{task_type}-{h.hexdigest()[:12]}"
+
+
+@dataclass
+class Attempt(_JsonRecord):
+    """A student's answer to a task and its verdict.
+
+    ``answer`` is the parsed payload (None when the format check failed); ``score`` is 1.0/0.0, or the
+    fraction of hidden pairs passed for ``code_f`` in fractional mode; ``reason`` is None when correct.
+    """
+
+    task_id: str
+    student_id: str
+    completion: str
+    token_ids: tuple[int, ...] = ()
+    answer: str | None = None
+    format_ok: bool = False
+    correct: bool = False
+    score: float = 0.0
+    reward: float = 0.0
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict(_JsonRecord):
+    """Result of validating one proposal: the task when valid, else the reason."""
+
+    valid: bool
+    reason: str | None = None
+    outputs: tuple[str, ...] = ()
+    seconds: float = 0.0
+    task: Task | None = field(default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["task"] = None if self.task is None else self.task.to_json()
+        return d
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Verdict:
+        d = dict(data)
+        task = d.pop("task", None)
+        v = super().from_json(d)
+        return cls(v.valid, v.reason, v.outputs, v.seconds, None if task is None else Task.from_json(task))

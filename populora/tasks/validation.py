@@ -1,0 +1,215 @@
+"""Validation of teacher proposals: a proposal becomes a task only if every check passes.
+
+For each proposal, in order (the first failure is the reason):
+
+1. it was parsed (``format``), the program parses (``syntax_error``) and defines a top-level entry
+   function ``f`` (``no_entry_function``); helpers, nested functions and classes are allowed, a second
+   ``def`` is not a rejection (the AZR reference rejected it although its prompt allowed helpers);
+2. the AST safety check passes (``banned:<name>``, see ``safety.py``);
+3. every input is a non-empty argument list of Python literals (``bad_input``); code_o/code_i take
+   exactly one input; code_f takes ``code_f_inputs`` distinct inputs (``duplicate_inputs``,
+   ``too_few_inputs``; extra inputs beyond that number are dropped);
+4. the program runs on its inputs in TWO independently started processes (sandbox replicas 0 and 1,
+   different hash seeds and address layouts) within the limits: any failure gives the sandbox's reason
+   (``timeout``, ``memory``, ``runtime_error:<Type>``, ``crashed:<detail>``...), and different reprs
+   give ``nondeterministic``; for code_f the second execution calls ``f`` on the inputs in reverse
+   order, so outputs that depend on earlier calls are caught too. A failed execution is never
+   mistaken for an empty output (an AZR defect): only ``status == "ok"`` with one value per call
+   counts;
+5. every output repr is at most ``max_output_chars`` (``output_too_large``; never truncated, a
+   truncated output would make the task unsolvable) and, for code_o/code_i, reads back as a literal
+   (``not_literal``), or the student could not write it.
+
+All executions of a batch go to the sandbox in ONE ``run_many`` call so that all workers stay busy.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from populora.tasks.records import (
+    BAD_INPUT,
+    CODE_F,
+    DUPLICATE_INPUTS,
+    FORMAT,
+    NO_ENTRY_FUNCTION,
+    NONDETERMINISTIC,
+    NOT_LITERAL,
+    OUTPUT_TOO_LARGE,
+    SYNTAX_ERROR,
+    TOO_FEW_INPUTS,
+    Proposal,
+    Task,
+    Verdict,
+    task_id,
+)
+from populora.tasks.safety import SafetyConfig, check_program
+from populora.tasks.values import LiteralError, input_key, read_arguments, read_literal
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """Knobs of proposal validation (defaults follow AZR, with PopuLoRA's larger output limit)."""
+
+    entry: str = "f"
+    max_output_chars: int = 1000
+    code_f_inputs: int = 10
+    code_f_shown: int = 5
+    replicas: tuple[int, ...] = (0, 1)  # the determinism check compares these sandbox replicas
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+
+
+def has_entry_function(tree: ast.Module, entry: str = "f") -> bool:
+    """Whether the module defines ``entry`` as a top-level function (other defs are fine)."""
+    return any(isinstance(node, ast.FunctionDef) and node.name == entry for node in tree.body)
+
+
+def check_program_static(program: str, cfg: ValidationConfig) -> str | None:
+    """Reason a program cannot be a task without running it (syntax, entry, AST check), or None."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return SYNTAX_ERROR
+    if not has_entry_function(tree, cfg.entry):
+        return NO_ENTRY_FUNCTION
+    return check_program(tree, cfg.safety)
+
+
+def check_inputs(proposal: Proposal, cfg: ValidationConfig) -> tuple[str | None, tuple[str, ...]]:
+    """(reason or None, the inputs to run) for the proposal's inputs; see the module docstring."""
+    inputs = tuple(i.strip() for i in proposal.inputs)
+    for text in inputs:
+        try:
+            if not read_arguments(text):
+                return BAD_INPUT, ()
+        except LiteralError:
+            return BAD_INPUT, ()
+    if proposal.type != CODE_F:
+        return (None, inputs) if len(inputs) == 1 else (FORMAT, ())
+    keys = [input_key(i) for i in inputs]
+    if len(set(keys)) != len(keys):
+        return DUPLICATE_INPUTS, ()
+    if len(inputs) < cfg.code_f_inputs:
+        return TOO_FEW_INPUTS, ()
+    return None, inputs[: cfg.code_f_inputs]
+
+
+def static_reason(proposal: Proposal, cfg: ValidationConfig) -> tuple[str | None, tuple[str, ...]]:
+    """Everything decided before execution: (reason or None, inputs to run)."""
+    if proposal.reason is not None:
+        return proposal.reason, ()
+    if not proposal.program.strip():
+        return FORMAT, ()
+    reason = check_program_static(proposal.program, cfg)
+    if reason is not None:
+        return reason, ()
+    return check_inputs(proposal, cfg)
+
+
+def replica_calls(inputs: tuple[str, ...], k: int) -> tuple[str, ...]:
+    """The calls of the ``k``-th execution: odd executions run the inputs in reverse order.
+
+    With several inputs (code_f) in one process, an output that depends on earlier calls (module or
+    class state) then differs between the two executions and is caught as nondeterministic, so every
+    output is what ``f`` gives for its input alone, as when a student's program runs on the hidden
+    inputs in a fresh process.
+    """
+    return inputs[::-1] if k % 2 else inputs
+
+
+def in_input_order(values: Sequence[str], k: int) -> list[str]:
+    """The values of the ``k``-th execution in the order of the inputs."""
+    return list(values[::-1]) if k % 2 else list(values)
+
+
+def judge_executions(
+    proposal: Proposal, outcomes: Sequence, n_calls: int, cfg: ValidationConfig
+) -> str | None:
+    """Reason from the outcomes of the replicas' executions of one proposal, or None if valid.
+
+    Outcome ``k`` ran the calls in reverse order when ``k`` is odd (see ``replica_calls``).
+    """
+    for out in outcomes:
+        if not out.ok:
+            return out.reason or out.status
+        if len(out.values) != n_calls:
+            return f"crashed:{len(out.values)} values for {n_calls} calls"
+    first = outcomes[0].values
+    if any(in_input_order(out.values, k) != first for k, out in enumerate(outcomes) if k):
+        return NONDETERMINISTIC
+    for value in first:
+        if len(value) > cfg.max_output_chars:
+            return OUTPUT_TOO_LARGE
+    if proposal.type != CODE_F:
+        for value in first:
+            try:
+                read_literal(value)
+            except LiteralError:
+                return NOT_LITERAL
+    return None
+
+
+def make_task(
+    proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], cfg: ValidationConfig
+) -> Task:
+    """The task of a valid proposal."""
+    tid = task_id(proposal.type, proposal.program, inputs)
+    common = dict(
+        id=tid,
+        type=proposal.type,
+        program=proposal.program,
+        teacher_id=proposal.teacher_id,
+        step=proposal.step,
+    )
+    if proposal.type == CODE_F:
+        return Task(
+            inputs=inputs,
+            outputs=tuple(outputs),
+            message=proposal.message,
+            n_shown=cfg.code_f_shown,
+            **common,
+        )
+    return Task(input=inputs[0], output=outputs[0], **common)
+
+
+def validate_many(
+    proposals: Sequence[Proposal], sandbox, cfg: ValidationConfig | None = None
+) -> list[Verdict]:
+    """Validate proposals; one ``Verdict`` per proposal, in order (the task when valid).
+
+    ``sandbox`` is a ``populora.sandbox.Sandbox`` (anything with ``run_many(programs) -> outcomes``).
+    """
+    from populora.sandbox.api import Program
+
+    cfg = cfg or ValidationConfig()
+    verdicts: list[Verdict | None] = [None] * len(proposals)
+    runs: list[tuple[int, tuple[str, ...]]] = []  # (proposal index, inputs) to execute
+    programs: list[Program] = []
+    for i, proposal in enumerate(proposals):
+        reason, inputs = static_reason(proposal, cfg)
+        if reason is not None:
+            verdicts[i] = Verdict(False, reason)
+            continue
+        runs.append((i, inputs))
+        for k, replica in enumerate(cfg.replicas):
+            calls = replica_calls(inputs, k)
+            programs.append(Program(proposal.program, entry=cfg.entry, calls=calls, replica=replica))
+    outcomes = sandbox.run_many(programs) if programs else []
+    if len(outcomes) != len(programs):
+        raise RuntimeError(
+            f"validate_many: the sandbox returned {len(outcomes)} outcomes for {len(programs)} programs"
+        )
+    n_rep = len(cfg.replicas)
+    for k, (i, inputs) in enumerate(runs):
+        outs = outcomes[k * n_rep : (k + 1) * n_rep]
+        seconds = max(o.seconds for o in outs)
+        reason = judge_executions(proposals[i], outs, len(inputs), cfg)
+        if reason is not None:
+            verdicts[i] = Verdict(False, reason, seconds=seconds)
+        else:
+            values = tuple(outs[0].values)
+            task = make_task(proposals[i], inputs, values, cfg)
+            verdicts[i] = Verdict(True, None, outputs=values, seconds=seconds, task=task)
+    return [v for v in verdicts if v is not None]

@@ -1,0 +1,9 @@
+# attack: a SIGALRM every microsecond whose handler calls os._exit(0)
+# expect: timeout timeout|crashed crashed:exit_0
+# calls: ["0"]
+# ruff: noqa
+import os, signal
+signal.signal(signal.SIGALRM, lambda *a: os._exit(0))
+def f(x):
+    signal.setitimer(signal.ITIMER_REAL, 0.000001, 0.000001)
+    return 7

@@ -1,0 +1,7 @@
+# attack: resolve a host name
+# expect: error runtime_error:gaierror|runtime_error:OSError
+# calls: ["0"]
+# ruff: noqa
+import socket
+def f(x):
+    return socket.gethostbyname('pypi.org')

@@ -1,0 +1,8 @@
+# attack: hard-link a system file into the work directory
+# expect: error runtime_error:OSError|runtime_error:PermissionError
+# calls: ["0"]
+# ruff: noqa
+import os
+def f(x):
+    os.link('/etc/passwd', 'passwd')
+    return open('passwd').read()[:10]

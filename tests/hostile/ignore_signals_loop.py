@@ -1,0 +1,10 @@
+# attack: ignore SIGTERM/SIGXCPU/SIGALRM/SIGINT, then loop
+# expect: timeout timeout
+# calls: ["0"]
+# ruff: noqa
+import signal
+for s in (signal.SIGTERM, signal.SIGXCPU, signal.SIGALRM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+def f(x):
+    while True:
+        pass

@@ -1,0 +1,5 @@
+# attack: no function f
+# expect: error no_entry_function
+# calls: ["0"]
+# ruff: noqa
+f = 3

@@ -1,0 +1,7 @@
+# attack: raise the CPU-time hard limit
+# expect: error runtime_error:ValueError
+# calls: ["0"]
+# ruff: noqa
+import resource
+def f(x):
+    resource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))

@@ -1,0 +1,7 @@
+# attack: spawn a shell that writes outside the work directory
+# expect: error runtime_error:BlockingIOError|runtime_error:OSError|runtime_error:PermissionError
+# calls: ["0"]
+# ruff: noqa
+import subprocess
+def f(x):
+    subprocess.run(['sh', '-c', 'echo pwned > /tmp/populora_pwned_subprocess_shell'])

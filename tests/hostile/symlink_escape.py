@@ -1,0 +1,8 @@
+# attack: symlink the work directory to /tmp and write through it
+# expect: error runtime_error:OSError|runtime_error:PermissionError
+# calls: ["0"]
+# ruff: noqa
+import os
+def f(x):
+    os.symlink('/tmp', 'escape')
+    open('escape/populora_pwned_symlink_escape', 'w').write('pwned')

@@ -1,0 +1,206 @@
+"""The hostile corpus (tests/hostile/*.py) through Sandbox.run_many, with no AST filter."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from populora.sandbox import STATUSES, Program, Sandbox, SandboxLimits
+from populora.sandbox.executor import UID_BASE, UID_SPAN
+
+CORPUS = Path(__file__).parent / "hostile"
+SECRET = "populora-test-secret-7d1f"
+LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_mb=512)
+PWNED_DIRS = ["/tmp", "/var/tmp", "/dev/shm", "/", "/root", os.getcwd(), str(Path(__file__).parents[1])]
+
+
+def load_corpus() -> list[tuple[str, Program, list[tuple[str, str | None]], list[str] | None]]:
+    cases = []
+    for path in sorted(CORPUS.glob("*.py")):
+        source = path.read_text()
+        meta = {}
+        for line in source.splitlines():
+            if not line.startswith("# "):
+                break
+            key, _, value = line[2:].partition(": ")
+            meta[key] = value
+        alternatives, status = [], None
+        for alt in meta["expect"].split("|"):
+            alt = alt.strip()
+            if " " in alt:
+                status, reason = alt.split(" ", 1)
+            elif alt in STATUSES:
+                status, reason = alt, None
+            else:
+                reason = alt
+            alternatives.append((status, reason))
+        values = json.loads(meta["values"]) if "values" in meta else None
+        program = Program(
+            source, entry=json.loads(meta.get("entry", '"f"')), calls=tuple(json.loads(meta["calls"]))
+        )
+        cases.append((path.stem, program, alternatives, values))
+    return cases
+
+
+def matches(outcome, alternatives) -> bool:
+    for status, reason in alternatives:
+        if outcome.status != status:
+            continue
+        if reason is None and outcome.reason is None:
+            return True
+        if reason is not None and outcome.reason is not None and fnmatch.fnmatchcase(outcome.reason, reason):
+            return True
+    return False
+
+
+def sandbox_uid_processes(root: int | None = None) -> list[int]:
+    """Descendants of ``root`` (this process) owned by a sandbox child uid; none between batches.
+
+    Only descendants: other sandboxes on the machine (other test runs) use the same uid range.
+    """
+    found = []
+    for pid in descendants(root or os.getpid()):
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            continue
+        if UID_BASE <= uid < UID_BASE + UID_SPAN:
+            found.append(pid)
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    parent_of = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    parent_of[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, ppid in parent_of.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Processes whose command line contains ``text`` (a sandbox's scratch path is in its servers' and
+    children's command lines)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    if text.encode() in fh.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def pwned_files() -> list[str]:
+    hits = []
+    for d in PWNED_DIRS:
+        try:
+            hits += [os.path.join(d, n) for n in os.listdir(d) if n.startswith("populora_pwned")]
+        except OSError:
+            continue
+    return hits
+
+
+@functools.lru_cache(maxsize=1)
+def isolation_mode() -> str:
+    with Sandbox(workers=1) as sb:
+        return sb.mode
+
+
+def test_corpus_is_large_and_well_formed():
+    cases = load_corpus()
+    assert len(cases) >= 40
+    for name, _, alternatives, _ in cases:
+        assert alternatives and all(s in STATUSES for s, _ in alternatives), name
+
+
+@pytest.mark.slow
+def test_hostile_corpus_is_contained(monkeypatch):
+    monkeypatch.setenv("POPULORA_TEST_SECRET", SECRET)
+    assert not pwned_files(), "leftovers from an earlier run; remove them first"
+    cases = load_corpus()
+    with Sandbox(limits=LIMITS, workers=2) as sb:
+        if sb.mode != "full":
+            pytest.skip(f"expectations are for full isolation; this platform gives {sb.mode!r}")
+        servers_before = set(sb.server_pids())
+        start = time.monotonic()
+        outcomes = sb.run_many([program for _, program, _, _ in cases])
+        elapsed = time.monotonic() - start
+        wrong = []
+        for (name, _, alternatives, values), outcome in zip(cases, outcomes):
+            if not matches(outcome, alternatives) or (values is not None and outcome.values != values):
+                wrong.append(
+                    f"{name}: got {outcome.status}/{outcome.reason} {outcome.values} ({outcome.detail})"
+                )
+            assert outcome.seconds < LIMITS.wall_seconds + 2.0, name
+            assert len(outcome.stdout) <= LIMITS.max_stdout_chars, name
+            assert SECRET not in outcome.stdout + outcome.detail + "".join(outcome.values), name
+        assert not wrong, "\n".join(wrong)
+        # bounded time: 2 lanes, every timeout costs at most about the wall limit
+        n_timeouts = sum(o.status == "timeout" for o in outcomes)
+        assert elapsed < (n_timeouts * LIMITS.wall_seconds) / 2 + 30
+        # nothing left behind, the fork servers unharmed and still usable
+        assert sandbox_uid_processes() == []
+        assert servers_before <= set(sb.server_pids())
+        assert not pwned_files()
+        leftovers = [p.name for p in sb.scratch.iterdir() if not p.name.endswith(".log")]
+        assert leftovers == []
+        assert sb.run(Program("def f(a):\n    return a * 2", calls=("21",))).values == ["42"]
+    assert descendants(os.getpid()) == set()
+
+
+@pytest.mark.slow
+def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
+    """`populora tasks validate` (AST check + sandbox) on the whole corpus: exit 0, one result a line."""
+    if isolation_mode() != "full":
+        pytest.skip(f"the corpus is only safe to run with full isolation, not {isolation_mode()!r}")
+    import subprocess
+    import sys
+
+    rows = [
+        {"program": program.source, "input": program.calls[0], "type": "code_o"}
+        for _, program, _, _ in load_corpus()
+    ]
+    corpus = tmp_path / "hostile.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "results.jsonl"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "populora.cli",
+            "tasks",
+            "validate",
+            str(corpus),
+            "--out",
+            str(out),
+            "--wall-seconds",
+            "1",
+        ],
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # the CLI's sandbox scratch lives here
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[1],
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["line"] for r in results] == list(range(1, len(rows) + 1))
+    assert all(isinstance(r["valid"], bool) for r in results)
+    assert not pwned_files()
+    assert processes_mentioning(str(tmp_path)) == []
