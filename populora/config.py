@@ -41,7 +41,7 @@ class ModelConfig:
     prompt_style: str = "chat"  # chat (tokenizer chat template) | r1 (AZR's plain R1 wrapper)
     max_batch_size: int = 64  # sequences per forward pass (generation and training micro-batches)
     gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the rest is for HF training
-    seed: int = 0  # seed of the embedded random-init model (tiny)
+    cpu_threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
 
 
 @dataclass
@@ -239,6 +239,21 @@ def validate(cfg: Config) -> None:
             "selfplay.baseline_proposer_fraction",
             f"splits {budget} sequences into {props} proposals and {atts} attempts; both must be positive, the "
             f"proposals divisible by {n_types} task types and the attempts by {n} rollouts",
+        )
+    from populora.rl.advantages import ADVANTAGE_ESTIMATORS
+
+    # Per-prompt estimators centre each prompt's samples: a teacher's proposals each have their own
+    # prompt, and students with one rollout per task have one sample per prompt: every advantage
+    # would be 0 and the adapter would silently never learn.
+    if ADVANTAGE_ESTIMATORS[cfg.rl.teacher_estimator].groups_by == "prompt_ids":
+        raise ConfigError(
+            f"key 'rl.teacher_estimator': {cfg.rl.teacher_estimator!r} centres per prompt, but every teacher "
+            "proposal has its own prompt, so all advantages would be 0; use 'trr++'"
+        )
+    if ADVANTAGE_ESTIMATORS[cfg.rl.student_estimator].groups_by == "prompt_ids" and s.rollouts < 2:
+        raise ConfigError(
+            f"key 'selfplay.rollouts': rl.student_estimator={cfg.rl.student_estimator!r} centres per task and needs "
+            "at least 2 rollouts per task (or use 'trr++')"
         )
     _need(cfg.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
     _need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")

@@ -64,7 +64,7 @@ def test_compute_matching_population_vs_baseline(straight_run: Path, tmp_path: P
     pop_rows = read_metrics(straight_run)[:3]
     for b, p in zip(base_rows, pop_rows):
         want_seq, want_opt = b["adapter/a0/sequences"], b["adapter/a0/optimizer_steps"]
-        assert want_seq == 12 and want_opt == 1
+        assert want_seq == 6 and want_opt == 1
         ids = sorted({k.split("/")[1] for k in p if k.startswith("adapter/") and k.endswith("/sequences")})
         assert len(ids) == 4
         for mid in ids:

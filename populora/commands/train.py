@@ -7,9 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from populora.config import ConfigError
-
-DEMO_CONFIG = "configs/cpu-demo.yaml"
+# the presets live at the repository root, beside the package
+DEMO_CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from populora.config import ConfigError
     from populora.selfplay.runner import train
 
     if not args.resume and not args.config:

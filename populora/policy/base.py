@@ -152,6 +152,10 @@ class PolicyBackend(ABC):
         """Backward ``loss``, clip, and take one AdamW step on ``adapter``; returns the grad norm."""
 
     @abstractmethod
+    def discard_gradients(self, adapter: str) -> None:
+        """Drop the gradients accumulated for ``adapter`` without a step (e.g. after a non-finite loss)."""
+
+    @abstractmethod
     def optimizer_state(self, adapter: str) -> dict:
         """The adapter's optimizer state (for checkpoints)."""
 
@@ -164,6 +168,10 @@ class PolicyBackend(ABC):
         """Fresh optimizer state (e.g. for an evolved child)."""
 
     # -- convenience --------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a fully formatted prompt, as ``generate`` tokenizes it (no special tokens added)."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
     def rename_adapter(self, old: str, new: str) -> None:
         """Move an adapter (weights and optimizer state) to a new name."""
         weights = self.get_weights(old)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from pathlib import Path
@@ -39,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from populora.config import Config
-from populora.policy import make_backend
+from populora.policy import BackendConfig, LoraSpec, OptimConfig, make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
 from populora.population import evolution, matchmaking, ratings
@@ -85,7 +86,7 @@ class SelfPlay:
             max_output_chars=cfg.tasks.max_output_chars,
         )
         self.sandbox = Sandbox(limits=limits, workers=sb.workers or None)
-        self.backend = make_backend(cfg.model, cfg.lora, cfg.rl)
+        self.backend = make_backend(backend_config(cfg))
         self.buffers: TaskBuffers = seed_buffers(self.sandbox, cfg.tasks.buffer_capacity, self.validation)
         self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
         self.members: dict[str, Member] = {}
@@ -324,7 +325,8 @@ class SelfPlay:
                  "score": None if self.baseline else ratings.conservative_score(m.rating, self.cfg.ratings)}
                 for m in self.members.values()
             ],
-            "last_step_rates": {k: v for k, v in lm.items() if k.endswith(("valid_rate", "solve_rate"))},
+            "last_step_rates": {k: (v if isinstance(v, float) and math.isfinite(v) else None)
+                                for k, v in lm.items() if k.endswith(("valid_rate", "solve_rate"))},
             "evolution_events": len(self.events),
             "run_dir": str(self.run_dir),
         }
@@ -332,6 +334,19 @@ class SelfPlay:
     def close(self) -> None:
         self.sandbox.close()
         self.backend.close()
+
+
+def backend_config(cfg: Config) -> BackendConfig:
+    """The policy layer's config from the run config's model, lora and rl sections."""
+    m, lo, rl = cfg.model, cfg.lora, cfg.rl
+    return BackendConfig(
+        kind=m.backend, model=m.name, device=m.device, dtype=m.dtype, max_batch_size=m.max_batch_size,
+        train_micro_batch=rl.micro_batch_size, cpu_threads=m.cpu_threads,
+        lora=LoraSpec(rank=lo.rank, alpha=lo.alpha, target_modules=tuple(lo.target_modules), init=lo.init,
+                      b_std=lo.b_std, seed=cfg.seed),
+        optim=OptimConfig(**{k: v for k, v in rl.adamw_kwargs().items()}),
+        vllm_gpu_memory_utilization=m.gpu_memory_utilization,
+    )
 
 
 def initial_members(cfg: Config) -> list[Member]:

@@ -137,7 +137,7 @@ def train(
                 _save(sp, rd, step, cfg)
                 last_saved, ckpt_seconds = step, time.perf_counter() - tc
             bar.set_postfix_str(_progress_line(row))
-            if stop:
+            if stop and step < cfg.selfplay.steps:
                 status = f"interrupted by signal {signal.Signals(stop.signal).name}"
                 break
         if last_saved != sp.step_done and sp.step_done > 0:

@@ -176,7 +176,8 @@ def teacher_rewards(jobs, verdicts, rho, pairs, cfg: Config) -> list[float]:
             out.append(rewards.teacher_reward(False, None, cfg.tasks.teacher_reward))
         else:
             r = rho.get((pairs[job.member_id], v.task.id))
-            out.append(rewards.teacher_reward(True, r, cfg.tasks.teacher_reward))
+            # a valid task the student could not attempt (its generation failed) carries no signal
+            out.append(0.0 if r is None else rewards.teacher_reward(True, r, cfg.tasks.teacher_reward))
     return out
 
 
@@ -249,10 +250,17 @@ def step_metrics(members, jobs, verdicts, plan, attempts, rho, t_rewards) -> dic
         m[f"teacher/{tt}/reward_mean"] = mean(r for _, r in vals)
     for k, c in reasons.items():
         m[f"teacher/reject/{k}"] = c
+    member_rewards: dict[str, list[float]] = defaultdict(list)
+    for j, r in zip(jobs, t_rewards):
+        member_rewards[j.member_id].append(r)
+    for (sid, _, _), atts in zip(plan, attempts):
+        member_rewards[sid] += [a.reward for a in atts]
     for mid in members:
         own = [v.valid for j, v in zip(jobs, verdicts) if j.member_id == mid]
         if own:
             m[f"member/{mid}/valid_rate"] = mean(float(x) for x in own)
+        if member_rewards.get(mid):
+            m[f"member/{mid}/reward_mean"] = mean(member_rewards[mid])
     s_type: dict[str, list[Attempt]] = defaultdict(list)
     s_member: dict[str, list[Attempt]] = defaultdict(list)
     for (sid, task, _), atts in zip(plan, attempts):

@@ -18,7 +18,7 @@ import torch
 from populora.policy.base import PolicyBackend
 from populora.rl.advantages import role_advantages
 from populora.rl.config import RLConfig
-from populora.rl.losses import policy_loss
+from populora.rl.losses import behaviour_logprobs, policy_loss
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +36,6 @@ def advantages_of(batch, rl: RLConfig) -> torch.Tensor:
         )
         adv[idx] = a.to(torch.float32)
     return adv
-
-
-def _pad(rows: list[list[float]], length: int) -> torch.Tensor:
-    out = torch.zeros(len(rows), length, dtype=torch.float32)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
-    return out
 
 
 def _denominator(batch, aggregation: str) -> float:
@@ -70,7 +63,7 @@ def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, max_
             adapter, [s.prompt_ids for s in seqs], [s.completion_ids for s in seqs],
             with_grad=True, with_entropy=rl.entropy_coef > 0,
         )
-        old = _pad([s.logprobs for s in seqs], tl.logprobs.shape[1])
+        old = behaviour_logprobs([s.logprobs for s in seqs], tl.mask)
         loss, stats = policy_loss(
             tl.logprobs, old, adv[idx].to(tl.logprobs.device), tl.mask, entropy=tl.entropy,
             denominator=denom, **rl.loss_kwargs(),

@@ -1,0 +1,129 @@
+"""The batched decode loop of the HF backend: many adapters, one pass, per-row stopping.
+
+Why not ``model.generate``: peft does accept per-row ``adapter_names`` there, but we also need,
+per row, the log-probability of each sampled token under the raw distribution, sampling that
+does not depend on the rest of the batch (one seeded generator per row, so a mixed batch and
+per-adapter runs draw the same tokens), stop strings whose text and finish reason we control,
+and rows that leave the batch (and the KV cache) as soon as they finish. A direct loop over the
+model's forward with ``past_key_values`` does all of that in a few lines.
+
+Conventions (the same in the vLLM backend): the completion's token ids include the EOS token or
+the token that completed a stop string; the text excludes special tokens, the stop string and
+everything after it; ``finish_reason`` is ``"stop"`` (EOS or stop string) or ``"length"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from populora.policy.base import Completion, SamplingParams
+from populora.policy.sampling import find_stop, row_seed, sample_step
+
+# forward(input_ids [B, L], attention_mask [B, P+L], position_ids [B, L], past, adapter_names)
+#   -> (logits of the last position [B, V], past)
+ForwardFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object, list[str]], tuple[torch.Tensor, object]]
+
+
+@dataclass
+class Row:
+    """One completion to produce: a prompt, its adapter, and where the result goes."""
+
+    request_index: int
+    sample_index: int
+    prompt_ids: list[int]
+    adapter: str
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    text: str = ""
+
+
+def _finish(row: Row, tokenizer, stops: Sequence[str], eos_ids: set[int], max_new: int) -> bool:
+    """Update ``row`` after its newest token; True when it is finished."""
+    if row.token_ids[-1] in eos_ids:
+        row.finish_reason = "stop"
+    elif stops:
+        text = tokenizer.decode(row.token_ids, skip_special_tokens=True)
+        # a stop string can only newly appear at the end of the text
+        cut = find_stop(text, stops, max(0, len(row.text) - max(len(s) for s in stops)))
+        row.text = text
+        if cut != -1:
+            row.text = text[:cut]
+            row.finish_reason = "stop"
+            return True
+    if row.finish_reason is None and len(row.token_ids) >= max_new:
+        row.finish_reason = "length"
+    if row.finish_reason is not None:
+        row.text = tokenizer.decode(row.token_ids, skip_special_tokens=True)
+        cut = find_stop(row.text, stops) if stops else -1
+        if cut != -1:
+            row.text = row.text[:cut]
+        return True
+    return False
+
+
+def decode_rows(
+    forward: ForwardFn,
+    rows: list[Row],
+    sampling: SamplingParams,
+    *,
+    tokenizer,
+    pad_id: int,
+    eos_ids: set[int],
+    device: torch.device,
+    base_seed: int,
+) -> None:
+    """Generate for ``rows`` (one micro-batch) in place: left padding, KV cache, per-row stop."""
+    gens = None
+    if not sampling.greedy:
+        gen_device = device if device.type == "cuda" else "cpu"
+        gens = [
+            torch.Generator(device=gen_device).manual_seed(row_seed(base_seed, r.request_index, r.sample_index))
+            for r in rows
+        ]
+    width = max(len(r.prompt_ids) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+        mask[i, width - len(r.prompt_ids) :] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    active = list(range(len(rows)))  # indices into rows, aligned with the batch dimension
+    names = [r.adapter for r in rows]
+    logits, past = forward(input_ids, mask, positions, None, names)
+    next_pos = positions[:, -1:] + 1
+    while True:
+        step_gens = [gens[i] for i in active] if gens is not None else None
+        if step_gens is not None and device.type == "cuda":
+            tokens, lps = sample_step(logits, temperature=sampling.temperature, top_p=sampling.top_p, generators=step_gens)
+        else:
+            tokens, lps = sample_step(logits.cpu(), temperature=sampling.temperature, top_p=sampling.top_p, generators=step_gens)
+        tokens_list, lps_list = tokens.tolist(), lps.tolist()
+        keep = []
+        for b, i in enumerate(active):
+            row = rows[i]
+            row.token_ids.append(tokens_list[b])
+            row.logprobs.append(lps_list[b])
+            if not _finish(row, tokenizer, sampling.stop, eos_ids, sampling.max_new_tokens):
+                keep.append(b)
+        if not keep:
+            return
+        if len(keep) < len(active):  # finished rows leave the batch and the KV cache
+            idx = torch.tensor(keep, device=device)
+            past.batch_select_indices(idx)
+            mask, next_pos, tokens = mask[idx], next_pos[idx], tokens.to(device)[idx]
+            active = [active[b] for b in keep]
+            names = [names[b] for b in keep]
+        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
+        logits, past = forward(tokens.to(device)[:, None], mask, next_pos, past, names)
+        next_pos = next_pos + 1
+
+
+def to_completion(row: Row) -> Completion:
+    return Completion(
+        token_ids=list(row.token_ids), text=row.text, logprobs=list(row.logprobs), finish_reason=row.finish_reason
+    )

@@ -1,0 +1,402 @@
+"""``HFBackend``: one frozen transformers base model with N named peft LoRA adapters.
+
+- Generation: every request of a ``generate`` call, whatever its adapter, is decoded in the same
+  batched forward passes; peft's mixed-batch LoRA (per-row ``adapter_names``, ``"__base__"`` for
+  the bare base model) applies each row's own adapter. See ``decode.py`` for the loop.
+- Training: ``completion_logprobs`` activates one adapter and returns differentiable per-token
+  log-probabilities; only that adapter's LoRA parameters are in the autograd graph, so the base
+  (frozen, ``requires_grad=False``) and every other adapter receive no gradient.
+  ``optimizer_step`` runs backward, clips and steps that adapter's own AdamW.
+- Device and dtype come from ``BackendConfig`` (CPU float32, CUDA bfloat16). LoRA parameters are
+  kept in float32 in both cases (peft's adapter autocast), so optimizer updates are not rounded
+  to bf16.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import torch
+
+from populora.policy.adapters import AdapterMismatchError, AdapterWeights, check_uniform_rank
+from populora.policy.base import (
+    GenerationRequest,
+    GenerationResult,
+    PolicyBackend,
+    SamplingParams,
+    TokenLogprobs,
+)
+from populora.policy.config import BackendConfig
+from populora.policy.decode import Row, decode_rows, to_completion
+
+BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
+
+
+class UnknownAdapter(KeyError):
+    """A request or call names an adapter that is not registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class HFBackend(PolicyBackend):
+    """Transformers + peft backend. ``HFBackend(BackendConfig(model="tiny"))``."""
+
+    def __init__(self, config: BackendConfig | None = None, *, model=None, tokenizer=None) -> None:
+        self.config = config or BackendConfig()
+        if self.config.cpu_threads > 0:
+            torch.set_num_threads(self.config.cpu_threads)
+        if model is None:
+            from populora.policy.models import load_base
+
+            model, tokenizer = load_base(self.config.model, self.config.device, self.config.dtype)
+        self.base = model
+        self.tokenizer = tokenizer
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.device = next(model.parameters()).device
+        self._peft = None  # peft.PeftModel once the first adapter exists
+        self._adapters: dict[str, AdapterWeights] = {}  # name -> spec (rank, alpha, targets), not live weights
+        self._params: dict[str, list[tuple[str, torch.nn.Parameter, torch.nn.Parameter]]] = {}
+        self._optimizers: dict[str, torch.optim.Optimizer] = {}
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        if tokenizer.eos_token_id is not None:
+            eos.append(tokenizer.eos_token_id)
+        self.eos_ids = set(eos)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
+
+    # -- adapters ---------------------------------------------------------------------------
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        """LoRA target modules of the base: ``{path: (in_features, out_features)}``."""
+        targets = set(self.config.lora.target_modules)
+        shapes = {}
+        for name, mod in self.base.named_modules():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "base_layer":  # inside a peft wrapper: report the wrapper's path
+                name, leaf = name.rsplit(".", 1)[0], name.rsplit(".", 2)[-2]
+            if leaf in targets and isinstance(mod, torch.nn.Linear):
+                shapes[name] = (mod.in_features, mod.out_features)
+        return shapes
+
+    def adapter_names(self) -> list[str]:
+        return list(self._adapters)
+
+    def new_adapter_weights(self, seed: int | None = None) -> AdapterWeights:
+        """Fresh weights for this base from ``config.lora`` (``seed`` overrides the spec's seed)."""
+        spec = self.config.lora
+        shapes = self.module_shapes()
+        return AdapterWeights.init(
+            shapes, spec.rank, spec.alpha, b_init=spec.init, b_std=spec.b_std, seed=spec.seed if seed is None else seed
+        )
+
+    def _require(self, name: str) -> None:
+        if name not in self._adapters:
+            raise UnknownAdapter(f"unknown adapter {name!r}; registered: {sorted(self._adapters)}")
+
+    def add_adapter(self, name: str, weights: AdapterWeights | None = None) -> None:
+        """Register ``name`` with ``weights`` (``None``: fresh weights from ``config.lora``)."""
+        from peft import LoraConfig, get_peft_model
+
+        if not isinstance(name, str) or not name or "." in name or name == BASE:
+            raise ValueError(f"adapter name {name!r} is invalid (non-empty, no '.', not {BASE!r})")
+        if name in self._adapters:
+            raise ValueError(f"adapter {name!r} already exists")
+        weights = weights if weights is not None else self.new_adapter_weights()
+        if self._adapters:
+            check_uniform_rank({**self._adapters, name: weights})
+        shapes = self.module_shapes()
+        missing = sorted(set(weights.tensors) - set(shapes))
+        if missing:
+            raise AdapterMismatchError(
+                f"adapter {name!r}: modules {missing[:3]} are not LoRA targets of this base "
+                f"(policy.lora.target_modules={list(self.config.lora.target_modules)})"
+            )
+        lcfg = LoraConfig(
+            r=weights.rank,
+            lora_alpha=weights.alpha,
+            target_modules=sorted(weights.tensors),  # exact module paths
+            lora_dropout=0.0,
+            bias="none",
+        )
+        if self._peft is None:
+            self._peft = get_peft_model(self.base, lcfg, adapter_name=name, autocast_adapter_dtype=True)
+            self._peft.eval()
+        else:
+            self._peft.add_adapter(name, lcfg)
+        params = []
+        for path in sorted(weights.tensors):
+            layer = self._peft.base_model.model.get_submodule(path)
+            a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
+            a.data = a.data.float()
+            b.data = b.data.float()
+            params.append((path, a, b))
+        self._params[name] = params
+        self._adapters[name] = AdapterWeights(weights.rank, weights.alpha, weights.target_modules, {})
+        try:
+            self.set_weights(name, weights)
+        except Exception:
+            self.remove_adapter(name)
+            raise
+        self.reset_optimizer(name)
+
+    def remove_adapter(self, name: str) -> None:
+        self._require(name)
+        with warnings.catch_warnings():  # peft warns when the active adapter goes; nothing depends on it
+            warnings.simplefilter("ignore", UserWarning)
+            self._peft.delete_adapter(name)
+        del self._adapters[name], self._params[name]
+        self._optimizers.pop(name, None)
+
+    def get_weights(self, name: str) -> AdapterWeights:
+        self._require(name)
+        spec = self._adapters[name]
+        tensors = {p: (a.detach().cpu().clone(), b.detach().cpu().clone()) for p, a, b in self._params[name]}
+        return AdapterWeights(spec.rank, spec.alpha, spec.target_modules, tensors)
+
+    def set_weights(self, name: str, weights: AdapterWeights) -> None:
+        """Copy ``weights`` into the live adapter (same rank and modules; alpha may not change)."""
+        self._require(name)
+        spec = self._adapters[name]
+        if weights.rank != spec.rank:
+            raise AdapterMismatchError(f"adapter {name!r} has rank {spec.rank}, new weights have rank {weights.rank}")
+        if weights.alpha != spec.alpha:
+            raise AdapterMismatchError(f"adapter {name!r} has alpha {spec.alpha}, new weights have alpha {weights.alpha}")
+        live = {p: (a, b) for p, a, b in self._params[name]}
+        if set(live) != set(weights.tensors):
+            diff = sorted(set(live) ^ set(weights.tensors))[:3]
+            raise AdapterMismatchError(f"adapter {name!r}: module sets differ, e.g. {diff}")
+        with torch.no_grad():
+            for path, (a, b) in weights.tensors.items():
+                la, lb = live[path]
+                if la.shape != a.shape or lb.shape != b.shape:
+                    raise AdapterMismatchError(
+                        f"adapter {name!r}, module {path}: shapes {tuple(a.shape)}, {tuple(b.shape)} "
+                        f"but the base needs {tuple(la.shape)}, {tuple(lb.shape)}"
+                    )
+                la.copy_(a.to(la.dtype))
+                lb.copy_(b.to(lb.dtype))
+
+    # -- generation -------------------------------------------------------------------------
+    @contextmanager
+    def _mixed_batch(self):
+        """A forward function whose rows each use their own adapter (peft's mixed-batch LoRA).
+
+        Same mechanism as peft's ``adapter_names=`` argument (a pre-forward hook on every LoRA
+        layer injects the per-row names), but the hooks are registered once per ``generate``
+        instead of once per forward: peft walks every module of the model on each call, which
+        costs more than a decode step of a small model.
+        """
+        from peft.tuners.lora import LoraLayer
+
+        names_now: list[list[str]] = [[]]
+        handles = []
+        if self._peft is not None:
+
+            def inject(module, args, kwargs):
+                kwargs["adapter_names"] = names_now[0]
+                return args, kwargs
+
+            for mod in self._peft.base_model.model.modules():
+                if isinstance(mod, LoraLayer):
+                    handles.append(mod.register_forward_pre_hook(inject, with_kwargs=True))
+        model = self._peft.base_model.model if self._peft is not None else self.base
+
+        def forward(input_ids, mask, positions, past, names):
+            names_now[0] = names
+            out = model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=past,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            return out.logits[:, -1, :], out.past_key_values
+
+        try:
+            yield forward
+        finally:
+            for h in handles:
+                h.remove()
+
+    @torch.no_grad()
+    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
+        """All requests, all adapters, ``n`` samples each, in batched passes of ``max_batch_size`` rows."""
+        for req in requests:
+            if req.adapter is not None:
+                self._require(req.adapter)
+        seed = sampling.seed if sampling.seed is not None else random.SystemRandom().randrange(1 << 62)
+        prompts = [self.encode(r.prompt) for r in requests]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise ValueError(f"request {i}: empty prompt")
+        rows = [
+            Row(i, s, prompts[i], req.adapter if req.adapter is not None else BASE)
+            for i, req in enumerate(requests)
+            for s in range(sampling.n)
+        ]
+        # longest prompts first: less padding per micro-batch; results do not depend on the grouping
+        order = sorted(range(len(rows)), key=lambda k: -len(rows[k].prompt_ids))
+        size = self.config.max_batch_size
+        with self._mixed_batch() as forward:
+            for start in range(0, len(order), size):
+                chunk = [rows[k] for k in order[start : start + size]]
+                decode_rows(
+                    forward,
+                    chunk,
+                    sampling,
+                    tokenizer=self.tokenizer,
+                    pad_id=self.pad_id,
+                    eos_ids=self.eos_ids,
+                    device=self.device,
+                    base_seed=seed,
+                )
+        results = [GenerationResult(prompt_token_ids=list(p)) for p in prompts]
+        for row in rows:
+            results[row.request_index].completions.append(to_completion(row))
+        return results
+
+    # -- training ---------------------------------------------------------------------------
+    def _activate(self, name: str) -> None:
+        """Make ``name`` the adapter of plain forwards; all LoRA weights stay trainable leaves."""
+        self._peft.base_model.set_adapter(name)
+        for params in self._params.values():  # undo peft's freezing of inactive adapters
+            for _, a, b in params:
+                a.requires_grad_(True)
+                b.requires_grad_(True)
+
+    def _logprobs_pass(self, prompt_ids, completion_ids, with_entropy: bool):
+        """One forward over ``[left pad | prompt | completion]`` rows; see ``completion_logprobs``."""
+        lens = [len(c) for c in completion_ids]
+        width = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
+        t_max = max(lens)
+        ids = torch.full((len(lens), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(lens), width), dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+            seq = list(p) + list(c)
+            ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[i, width - len(seq) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # Left padding puts every completion at the end: only the last t_max + 1 positions need
+        # logits (saves the vocabulary projection over the prompts).
+        out = self._peft(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=t_max + 1)
+        logits = out.logits[:, :-1, :].float()  # [B, t_max, V]; position k predicts token at k + 1
+        lens_t = torch.tensor(lens, device=self.device)
+        t = torch.arange(t_max, device=self.device)
+        # completion token t of row i is predicted by window position (t_max - len_i + t)
+        src = (t_max - lens_t[:, None] + t[None, :]).clamp(max=t_max - 1)
+        valid = t[None, :] < lens_t[:, None]
+        src = torch.where(valid, src, torch.zeros_like(src)).clamp(min=0)
+        rows_logits = logits.gather(1, src[:, :, None].expand(-1, -1, logits.shape[-1]))
+        targets = ids[:, -t_max:].gather(1, src)  # token at window position k + 1 == ids[:, width - t_max + k]
+        logp_all = torch.log_softmax(rows_logits, dim=-1)
+        logp = logp_all.gather(-1, targets[:, :, None])[:, :, 0].masked_fill(~valid, 0.0)
+        entropy = None
+        if with_entropy:
+            entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~valid, 0.0)
+        return logp, valid, entropy
+
+    def completion_logprobs(
+        self,
+        adapter: str,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        *,
+        with_grad: bool = True,
+        with_entropy: bool = False,
+    ) -> TokenLogprobs:
+        """Per-token log p(completion | prompt) under ``adapter``: ``[B, T]`` aligned at token 0.
+
+        Raw model distribution (temperature 1, no top-p): the same quantity ``generate`` returns.
+        With ``with_grad`` the whole batch is one differentiable pass (micro-batch in the caller
+        and call ``loss.backward()`` per micro-batch to bound memory); without, it runs in chunks
+        of ``config.train_micro_batch``.
+        """
+        self._require(adapter)
+        if len(prompt_ids) != len(completion_ids) or not completion_ids:
+            raise ValueError(f"need equal, non-zero numbers of prompts and completions, got {len(prompt_ids)} and {len(completion_ids)}")
+        if any(len(c) == 0 for c in completion_ids):
+            raise ValueError("every completion needs at least one token")
+        self._activate(adapter)
+        if with_grad:
+            # transformers checkpoints layers only in train mode; dropout is 0 in LoRA and in the
+            # supported bases, so train mode changes nothing else
+            self._peft.train(self.config.gradient_checkpointing)
+            try:
+                logp, valid, ent = self._logprobs_pass(prompt_ids, completion_ids, with_entropy)
+            finally:
+                self._peft.eval()
+            return TokenLogprobs(logp, valid, ent)
+        t_max = max(len(c) for c in completion_ids)
+        parts = []
+        step = self.config.train_micro_batch
+        with torch.no_grad():
+            for s in range(0, len(completion_ids), step):
+                logp, valid, ent = self._logprobs_pass(prompt_ids[s : s + step], completion_ids[s : s + step], with_entropy)
+                pad = t_max - logp.shape[1]
+                parts.append(tuple(None if x is None else torch.nn.functional.pad(x, (0, pad)) for x in (logp, valid, ent)))
+        cat = [None if parts[0][k] is None else torch.cat([p[k] for p in parts]) for k in range(3)]
+        return TokenLogprobs(cat[0], cat[1], cat[2])
+
+    def trainable_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
+        """The LoRA parameters of ``adapter`` (A and B of each module, sorted by module path)."""
+        self._require(adapter)
+        return [p for _, a, b in self._params[adapter] for p in (a, b)]
+
+    def optimizer_step(self, adapter: str, loss: torch.Tensor | None, *, max_grad_norm: float | None = None) -> float:
+        """``loss.backward()`` (skip with ``loss=None`` if gradients were accumulated already),
+        clip to ``max_grad_norm``, one AdamW step on ``adapter``, zero its gradients; returns the
+        pre-clip gradient norm."""
+        params = self.trainable_parameters(adapter)
+        if loss is not None:
+            loss.backward()
+        if all(p.grad is None for p in params):
+            raise RuntimeError(f"adapter {adapter!r} has no gradient: was the loss computed with completion_logprobs({adapter!r}, ...)?")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm is not None else float("inf"))
+        self._optimizers[adapter].step()
+        self._optimizers[adapter].zero_grad(set_to_none=True)
+        return float(norm)
+
+    def discard_gradients(self, adapter: str) -> None:
+        for p in self.trainable_parameters(adapter):
+            p.grad = None
+
+    def optimizer_state(self, adapter: str) -> dict:
+        """A snapshot (CPU copies) of the adapter's AdamW state; later steps do not change it."""
+        self._require(adapter)
+
+        def snapshot(x):
+            if isinstance(x, torch.Tensor):
+                return x.detach().to("cpu", copy=True)
+            if isinstance(x, dict):
+                return {k: snapshot(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [snapshot(v) for v in x]
+            return x
+
+        return snapshot(self._optimizers[adapter].state_dict())
+
+    def load_optimizer_state(self, adapter: str, state: dict) -> None:
+        self._require(adapter)
+        self._optimizers[adapter].load_state_dict(state)
+
+    def reset_optimizer(self, adapter: str) -> None:
+        self._require(adapter)
+        o = self.config.optim
+        self._optimizers[adapter] = torch.optim.AdamW(
+            self.trainable_parameters(adapter), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+
+    def set_learning_rate(self, adapter: str, lr: float) -> None:
+        """Change one adapter's learning rate (schedules, PBT hyper-parameter mutation)."""
+        self._require(adapter)
+        for group in self._optimizers[adapter].param_groups:
+            group["lr"] = lr
+
+    def close(self) -> None:
+        self._optimizers.clear()

@@ -1,0 +1,82 @@
+"""Decoding maths, backend config and factory: pure functions, no model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from populora.policy import BackendConfig, LoraSpec, PolicyConfigError
+from populora.policy.sampling import find_stop, row_seed, sample_step, top_p_filter
+
+
+def test_top_p_keeps_smallest_nucleus():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    kept = torch.isfinite(top_p_filter(probs.log(), 0.8))
+    assert kept.tolist() == [[True, True, False, False]]
+    kept = torch.isfinite(top_p_filter(probs.log(), 0.81))
+    assert kept.tolist() == [[True, True, True, False]]
+    # the most likely token survives any top_p
+    assert torch.isfinite(top_p_filter(probs.log(), 0.01)).tolist() == [[True, False, False, False]]
+
+
+def test_top_p_respects_token_order_not_position():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]])
+    kept = torch.isfinite(top_p_filter(logits, 0.9))
+    assert kept[0, 1] and kept[0, 3] and not kept[0, 0]
+
+
+def test_sample_step_greedy_returns_argmax_and_raw_logprob():
+    logits = torch.tensor([[1.0, 5.0, 2.0], [3.0, 0.0, 0.0]])
+    tokens, lps = sample_step(logits, temperature=0, top_p=1.0, generators=None)
+    assert tokens.tolist() == [1, 0]
+    assert torch.allclose(lps, torch.log_softmax(logits, -1)[[0, 1], [1, 0]])
+
+
+def test_sample_step_rows_are_independent_of_batch():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50)
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2, 3)]
+    full, _ = sample_step(logits, temperature=0.7, top_p=0.9, generators=gens)
+    alone, lp = sample_step(logits[1:2], temperature=0.7, top_p=0.9, generators=[torch.Generator().manual_seed(2)])
+    assert full[1] == alone[0]
+    # returned logprob is the raw (temperature-1) one, not the temperature-scaled one
+    assert torch.allclose(lp, torch.log_softmax(logits[1], -1)[alone])
+
+
+def test_sample_step_never_samples_outside_nucleus():
+    logits = torch.tensor([[10.0, 9.0, -10.0, -10.0]])
+    for s in range(50):
+        tok, _ = sample_step(logits, temperature=1.0, top_p=0.5, generators=[torch.Generator().manual_seed(s)])
+        assert tok.item() == 0
+
+
+def test_find_stop_earliest_occurrence():
+    assert find_stop("abc</answer>def\n", ["\n", "</answer>"]) == 3
+    assert find_stop("abc", ["x"]) == -1
+    assert find_stop("aXbX", ["X"], start=2) == 3
+
+
+def test_row_seed_depends_on_all_parts():
+    seeds = {row_seed(1, 0, 0), row_seed(1, 0, 1), row_seed(1, 1, 0), row_seed(2, 0, 0)}
+    assert len(seeds) == 4 and row_seed(1, 0, 0) == row_seed(1, 0, 0)
+
+
+def test_backend_config_from_mapping_and_errors():
+    cfg = BackendConfig.from_mapping({"model": "smollm2-135m", "lora": {"rank": 8, "alpha": 16}, "optim": {"lr": 1e-4}})
+    assert cfg.lora == LoraSpec(rank=8, alpha=16) and cfg.optim.lr == 1e-4
+    with pytest.raises(PolicyConfigError, match="unknown key.*'modle'"):
+        BackendConfig.from_mapping({"modle": "tiny"})
+    with pytest.raises(PolicyConfigError, match=r"policy.lora: unknown key.*'rnk'"):
+        BackendConfig.from_mapping({"lora": {"rnk": 8}})
+    with pytest.raises(PolicyConfigError, match="policy.kind"):
+        BackendConfig(kind="sglang")
+    with pytest.raises(PolicyConfigError, match="lora.init"):
+        LoraSpec(init="gaussian")
+
+
+def test_backend_config_accepts_omegaconf():
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.create({"kind": "hf", "lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"]}})
+    cfg = BackendConfig.from_mapping(node)
+    assert cfg.lora.target_modules == ("q_proj", "v_proj")
