@@ -15,7 +15,13 @@ import sys
 # ``func`` on its parsers (argparse's set_defaults(func=...)).
 COMMAND_MODULES: tuple[str, ...] = (
     "populora.commands.tasks",
+    "populora.commands.train",
     "populora.commands.bench",
+    "populora.commands.models",
+    "populora.commands.eval",
+    "populora.commands.evolve",
+    "populora.commands.sweep",
+    "populora.commands.report",
 )
 
 

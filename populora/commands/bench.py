@@ -12,6 +12,11 @@ import importlib
 # name -> module; the order is the order of `populora bench all`.
 BENCHMARKS: dict[str, str] = {
     "executor": "populora.bench.executor",
+    "generate": "populora.bench.generate",
+    "train": "populora.bench.train",
+    "operators": "populora.bench.operators",
+    "step": "populora.bench.step",
+    "eval": "populora.bench.eval",
 }
 
 

@@ -138,9 +138,10 @@ class AdapterWeights:
             only_a = sorted(set(self.tensors) - set(other.tensors))[:3]
             only_b = sorted(set(other.tensors) - set(self.tensors))[:3]
             raise AdapterMismatchError(f"{what}: target modules differ (only in first: {only_a}, only in second: {only_b})")
+        mine, theirs = self.shapes(), other.shapes()
         for m in self.tensors:
-            if self.shapes()[m] != other.shapes()[m]:
-                raise AdapterMismatchError(f"{what}: module {m} has shapes {self.shapes()[m]} vs {other.shapes()[m]}")
+            if mine[m] != theirs[m]:
+                raise AdapterMismatchError(f"{what}: module {m} has shapes {mine[m]} vs {theirs[m]}")
 
     # -- construction -----------------------------------------------------------------------
     @classmethod

@@ -1,1 +1,14 @@
-"""populora.population"""
+"""The population: who plays whom, who is doing well, and how the weakest are replaced.
+
+Submodules (pure library code, independent of any backend):
+
+- ``members``: ``Member`` records, founders, the JSON-lines lineage log;
+- ``ratings``: TrueSkill ratings, win probability, conservative score, match outcomes;
+- ``matchmaking``: prioritized fictitious self-play (PFSP) pairing of teachers and students;
+- ``svd``: the cheap SVD of a LoRA delta and recomposition into LoRA factors;
+- ``operators``: the registry of LoRA weight-space mutation and crossover operators;
+- ``evolution``: PBT replacement of the weakest members by children made with the operators.
+
+Import the submodules directly (``from populora.population import ratings``); this package
+imports nothing itself, so the light modules (ratings, matchmaking, members) do not pull in torch.
+"""

@@ -1,0 +1,162 @@
+"""Members, lineage log, evolution config and PBT replacement of the weakest members."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from populora.policy.adapters import AdapterWeights
+from populora.population.evolution import EvolutionConfig, apply_births, evolve_population, replace_weakest
+from populora.population.members import (
+    LineageLog,
+    Member,
+    family_edges,
+    founder_record,
+    founders,
+    members_from_json,
+    members_to_json,
+)
+from populora.population.ratings import Rating, RatingConfig, prior
+from populora.population.validation import ConfigError, from_mapping
+
+RCFG = RatingConfig()
+SHAPES = {"model.layers.0.self_attn.q_proj": (8, 8), "model.layers.0.mlp.down_proj": (12, 8)}
+
+
+def _population(scores_t, scores_s):
+    """Founders whose ratings give the listed conservative scores (sigma 1, k 3)."""
+    members = founders(len(scores_t), len(scores_s), prior(RCFG))
+    for m, score in zip(members, [*scores_t, *scores_s]):
+        m.rating = Rating(score + 3.0, 1.0)
+    weights = {
+        m.adapter: AdapterWeights.init(SHAPES, 2, 4, b_init="random", b_std=0.1, seed=i) for i, m in enumerate(members)
+    }
+    return members, weights
+
+
+def test_member_json_round_trip_and_lineage_log(tmp_path):
+    members = founders(2, 3, prior(RCFG))
+    assert [m.id for m in members] == ["t0", "t1", "s0", "s1", "s2"]
+    child = Member("t1-20", "teacher", "t1-20", Rating(24.0, 5.0), slot=1, parents=("t0", "t1"),
+                   operator="dare", params={"drop": 0.5, "weight": 0.5}, seed=9, born_step=20, generation=1)
+    back = members_from_json(members_to_json([*members, child]))
+    assert back == [*members, child]
+    assert back[-1].rating == Rating(24.0, 5.0) and back[-1].parents == ("t0", "t1")
+    log = LineageLog(tmp_path / "run" / "lineage.jsonl")
+    log.append(founder_record(m) for m in members)
+    log.append([{"event": "replacement", "step": 20, "member": child.to_dict(), "replaced": "t1"}])
+    records = log.read()
+    assert len(records) == 6 and records[-1]["replaced"] == "t1"
+    assert family_edges(records) == [("t0", "t1-20", "dare"), ("t1", "t1-20", "dare")]
+    with pytest.raises(ValueError, match="role must be one of"):
+        Member("x", "judge", "x", prior(RCFG))
+    assert Member("a0", "agent", "a0", prior(RCFG)).role == "agent"  # the single-agent baseline
+    (tmp_path / "bad.jsonl").write_text('{"event": "founder"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: invalid lineage record"):
+        LineageLog(tmp_path / "bad.jsonl").read()
+
+
+def test_config_validation_names_key_and_value():
+    with pytest.raises(ConfigError, match=r"evolution: fraction must be in \[0, 1\), got 1.0"):
+        EvolutionConfig(fraction=1.0)
+    with pytest.raises(ConfigError, match="evolution: interval must be an integer"):
+        EvolutionConfig(interval=2.5)
+    with pytest.raises(ConfigError, match="operator_weights.mutate: unknown operator"):
+        EvolutionConfig(operator_weights={"mutate": 1.0})
+    with pytest.raises(ConfigError, match="operator 'dare': parameter drop must be in"):
+        EvolutionConfig(operator_params={"dare": {"drop": 2}})
+    with pytest.raises(ConfigError, match="no two-parent operator"):
+        EvolutionConfig(operator_weights={"svd_perturb": 1.0})
+    assert EvolutionConfig(operator_weights={"svd_perturb": 1.0}, crossover_prob=0.0).candidates(1) == {"svd_perturb": 1.0}
+    with pytest.raises(ConfigError, match="evolution: unknown key 'gamma'"):
+        from_mapping(EvolutionConfig, "evolution", {"gamma": 0.25})
+    assert from_mapping(EvolutionConfig, "evolution", {"interval": 5}).interval == 5
+
+
+def test_nothing_happens_off_interval():
+    members, weights = _population([1, 2, 3, 4], [1, 2, 3, 4])
+    cfg = EvolutionConfig(interval=10, min_age=0)
+    for step in (0, 5, 11):
+        assert replace_weakest(members, "teacher", step, cfg, RCFG, random.Random(0), weights.__getitem__) == []
+
+
+def test_weakest_are_replaced_by_children_of_the_top():
+    members, weights = _population([10, 1, 7, 4], [5, 6, 7, 8])
+    cfg = EvolutionConfig(interval=10, fraction=0.25, top_fraction=0.5, min_age=0)
+    births = replace_weakest(members, "teacher", 10, cfg, RCFG, random.Random(0), weights.__getitem__)
+    assert len(births) == 1
+    b = births[0]
+    assert b.replaced.id == "t1"  # lowest conservative score
+    assert b.child.id == "t1-10" and b.child.adapter == "t1-10" and b.child.slot == 1
+    assert b.child.role == "teacher" and b.child.born_step == 10 and b.child.generation == 1
+    assert set(b.child.parents) <= {"t0", "t2"}  # top half of the survivors
+    assert b.child.rating == prior(RCFG)
+    assert b.weights.shapes() == weights["t0"].shapes()
+    json.dumps(b.record)  # loggable
+    assert b.record["replaced"] == "t1" and b.record["member"]["operator"] == b.child.operator
+    new = apply_births(members, births)
+    assert [m.id for m in new] == ["t0", "t1-10", "t2", "t3", "s0", "s1", "s2", "s3"]
+
+
+def test_child_can_be_remade_from_its_lineage_record():
+    from populora.population.operators import make_child
+
+    members, weights = _population([10, 1, 7, 4], [5, 6, 7, 8])
+    cfg = EvolutionConfig(min_age=0, crossover_prob=1.0)
+    (b,) = replace_weakest(members, "teacher", 10, cfg, RCFG, random.Random(3), weights.__getitem__)
+    m = b.record["member"]
+    again = make_child(m["operator"], [weights[p] for p in m["parents"]], seed=m["seed"], **m["params"])
+    assert again.equal(b.weights)
+    assert len(m["parents"]) == 2 and b.record["parent_scores"][0] >= b.record["parent_scores"][1]
+
+
+def test_fraction_bounds_min_age_and_never_the_whole_role():
+    members, weights = _population([1, 2], [1, 2, 3, 4, 5, 6, 7, 8])
+    get = weights.__getitem__
+    big = EvolutionConfig(fraction=0.9, min_age=0)
+    assert len(replace_weakest(members, "teacher", 10, big, RCFG, random.Random(0), get)) == 1  # never both
+    assert len(replace_weakest(members, "student", 10, big, RCFG, random.Random(0), get)) == 7
+    tiny = EvolutionConfig(fraction=0.01, min_age=0)
+    assert len(replace_weakest(members, "student", 10, tiny, RCFG, random.Random(0), get)) == 1  # at least one
+    assert replace_weakest(members, "student", 10, EvolutionConfig(fraction=0.0, min_age=0), RCFG, random.Random(0), get) == []
+    # members younger than min_age are skipped: the next weakest old enough is replaced instead
+    members[2].born_step = 8  # s0, the weakest student, born at step 8
+    young = EvolutionConfig(fraction=0.125, min_age=5)
+    (b,) = replace_weakest(members, "student", 10, young, RCFG, random.Random(0), get)
+    assert b.replaced.id == "s1"
+
+
+def test_inherited_rating_and_operator_weights():
+    members, weights = _population([10, 1, 7, 4], [5, 6, 7, 8])
+    cfg = EvolutionConfig(min_age=0, crossover_prob=0.0, operator_weights={"full_gaussian": 1.0},
+                          child_rating="inherit", inherit_sigma_scale=3.0, operator_params={"full_gaussian": {"scale": 0.2}})
+    (b,) = replace_weakest(members, "teacher", 10, cfg, RCFG, random.Random(0), weights.__getitem__)
+    parent = next(m for m in members if m.id == b.child.parents[0])
+    assert b.child.operator == "full_gaussian" and b.child.params == {"scale": 0.2}
+    assert b.child.rating == Rating(parent.rating.mu, min(RCFG.sigma, 3.0 * parent.rating.sigma))
+
+
+def test_operator_choice_follows_weights_and_crossover_probability():
+    members, weights = _population([10, 1, 7, 4, 8, 9, 2, 3], [5, 6])
+    cfg = EvolutionConfig(min_age=0, fraction=0.25, crossover_prob=0.3,
+                          operator_weights={"copy_parent": 3.0, "layer_gaussian": 1.0, "layer_swap": 1.0})
+    rng = random.Random(0)
+    ops = []
+    for _ in range(100):
+        ops += [b.child.operator for b in replace_weakest(members, "teacher", 10, cfg, RCFG, rng, weights.__getitem__)]
+    n = len(ops)
+    assert n == 200
+    assert abs(ops.count("layer_swap") / n - 0.3) < 0.1
+    assert ops.count("copy_parent") > 2 * ops.count("layer_gaussian")
+
+
+def test_evolve_population_handles_both_roles_and_is_reproducible():
+    members, weights = _population([10, 1, 7, 4], [5, 6, 7, 8])
+    cfg = EvolutionConfig(min_age=0)
+    new1, births1 = evolve_population(members, 10, cfg, RCFG, random.Random(5), weights)
+    new2, births2 = evolve_population(members, 10, cfg, RCFG, random.Random(5), weights)
+    assert [b.replaced.id for b in births1] == ["t1", "s0"]
+    assert [m.id for m in new1] == [m.id for m in new2]
+    assert all(b1.weights.equal(b2.weights) for b1, b2 in zip(births1, births2))
