@@ -301,3 +301,23 @@ def test_gradient_checkpointing_gives_the_same_gradients(backend):
         be.discard_gradients("m0")
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
     assert not ckpt.base.training
+
+
+def test_removing_every_adapter_then_adding_new_ones_works():
+    """peft keeps a stale active-adapter name after all adapters are deleted; the backend re-points it."""
+    from populora.policy import BackendConfig, LoraSpec, make_backend
+    from populora.policy.adapters import AdapterWeights as AW
+    from populora.policy.base import GenerationRequest, SamplingParams
+
+    b = make_backend(BackendConfig(model="tiny", cpu_threads=1, lora=LoraSpec(rank=4, alpha=8)))
+    shapes = b.module_shapes()
+    for n in ("a", "s1"):
+        b.add_adapter(n, AW.init(shapes, 4, 8, b_init="random", seed=1))
+    b.completion_logprobs("s1", [[1, 2, 3]], [[4, 5]])
+    for n in ("a", "s1"):
+        b.remove_adapter(n)
+    b.add_adapter("c", AW.init(shapes, 4, 8, b_init="random", seed=2))
+    tl = b.completion_logprobs("c", [[1, 2, 3]], [[4, 5]])
+    assert tl.logprobs.shape == (1, 2) and bool(tl.mask.all())
+    out = b.generate([GenerationRequest("def f(x):", "c")], SamplingParams(temperature=0, max_new_tokens=3))
+    assert len(out[0].completions[0].token_ids) >= 1

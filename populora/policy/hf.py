@@ -127,6 +127,7 @@ class HFBackend(PolicyBackend):
             self._peft.eval()
         else:
             self._peft.add_adapter(name, lcfg)
+            self._sync_active()
         params = []
         for path in sorted(weights.tensors):
             layer = self._peft.base_model.model.get_submodule(path)
@@ -150,6 +151,18 @@ class HFBackend(PolicyBackend):
             self._peft.delete_adapter(name)
         del self._adapters[name], self._params[name]
         self._optimizers.pop(name, None)
+        self._sync_active()
+
+    def _sync_active(self) -> None:
+        """Keep peft's active adapter pointing at a live one.
+
+        peft only re-points ``PeftModel.active_adapter`` when exactly one adapter is left after a
+        deletion; after deleting them all and adding new ones it keeps the stale name, and every
+        forward then fails with a KeyError in peft's hooks.
+        """
+        live = list(self._peft.peft_config) if self._peft is not None else []
+        if live and self._peft.active_adapter not in live:
+            self._activate(live[0])
 
     def get_weights(self, name: str) -> AdapterWeights:
         self._require(name)
@@ -264,6 +277,7 @@ class HFBackend(PolicyBackend):
     def _activate(self, name: str) -> None:
         """Make ``name`` the adapter of plain forwards; all LoRA weights stay trainable leaves."""
         self._peft.base_model.set_adapter(name)
+        self._peft.active_adapter = name  # PeftModel keeps its own copy of the name
         for params in self._params.values():  # undo peft's freezing of inactive adapters
             for _, a, b in params:
                 a.requires_grad_(True)

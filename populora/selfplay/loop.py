@@ -301,7 +301,8 @@ class SelfPlay:
         for m in self.members.values():
             self.backend.get_weights(m.adapter).save_peft(run_dir / "adapters" / m.id,
                                                           base_model_name_or_path=self.cfg.model.name)
-            out.append({"id": m.id, "role": m.role, "adapter_dir": f"adapters/{m.id}",
+            # evaluation reads the single agent of a baseline run as the role "baseline"
+            out.append({"id": m.id, "role": "baseline" if self.baseline else m.role, "adapter_dir": f"adapters/{m.id}",
                         "mu": None if self.baseline else m.rating.mu,
                         "sigma": None if self.baseline else m.rating.sigma,
                         "parents": list(m.parents), "operator": m.operator, "born_step": m.born_step})

@@ -1,0 +1,101 @@
+"""Failures inside a step are recorded and contained: generation errors, sandbox errors, NaN losses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from populora.config import load_config
+from populora.selfplay import stages
+from populora.selfplay import train as train_mod
+from populora.selfplay.loop import SelfPlay
+
+TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def sp(tmp_path):
+    s = SelfPlay(load_config(TINY, ["selfplay.steps=3"]), tmp_path, progress=False)
+    yield s
+    s.close()
+
+
+def _weights(sp):
+    return {mid: sp.backend.get_weights(m.adapter) for mid, m in sp.members.items()}
+
+
+def test_generation_failure_is_recorded_and_the_run_goes_on(sp, monkeypatch):
+    real = sp.backend.generate
+    calls = {"n": 0}
+
+    def failing_once(requests, sampling):
+        calls["n"] += 1
+        if calls["n"] == 1:  # the teachers' call of step 1
+            raise RuntimeError("CUDA error: device-side assert (injected)")
+        return real(requests, sampling)
+
+    monkeypatch.setattr(sp.backend, "generate", failing_once)
+    before = _weights(sp)
+    row = sp.step(1)
+    assert row["errors/teacher/generate"] == 1 and "injected" in row["errors/teacher/generate_reason"]
+    assert row["teacher/proposals"] == 12 and row["teacher/valid_tasks"] == 0
+    after = _weights(sp)
+    for mid, m in sp.members.items():
+        if m.role == "teacher":  # nothing to train on: untouched, no optimizer step
+            assert after[mid].equal(before[mid]) and row[f"adapter/{mid}/optimizer_steps"] == 0
+        else:  # students still trained on buffer tasks, on their full budget
+            assert row[f"adapter/{mid}/sequences"] == 6 and row[f"adapter/{mid}/optimizer_steps"] == 1
+    row2 = sp.step(2)
+    assert "errors/teacher/generate" not in row2
+
+
+def test_sandbox_failure_rejects_the_batch_without_crashing(sp, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("fork server unavailable (injected)")
+
+    monkeypatch.setattr(stages.validation, "validate_many", broken)
+    row = sp.step(1)
+    assert row["errors/validate"] == 1 and "injected" in row["errors/validate_reason"]
+    assert row["teacher/valid_tasks"] == 0
+
+
+def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
+    real_loss = train_mod.policy_loss
+    target = next(m for m in sp.members.values() if m.role == "student").adapter
+    state = {"adapter": None}
+
+    def nan_for_target(*args, **kwargs):
+        loss, stats = real_loss(*args, **kwargs)
+        if state["adapter"] == target:
+            # a corrupted update in flight: the live weights are already damaged when the NaN shows
+            sp.backend.set_weights(target, sp.backend.get_weights(target).map(lambda m, a, b: (a + 1.0, b - 1.0)))
+            loss = loss * float("nan")
+        return loss, stats
+
+    real_train = train_mod.train_member
+
+    def tracking(backend, adapter, *args, **kwargs):
+        state["adapter"] = adapter
+        return real_train(backend, adapter, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "policy_loss", nan_for_target)
+    monkeypatch.setattr("populora.selfplay.loop.train_member", tracking)
+    before = _weights(sp)
+    row = sp.step(1)
+    mid = next(i for i, m in sp.members.items() if m.adapter == target)
+    assert row[f"train/{mid}/nan_restored"] == 1
+    assert row[f"adapter/{mid}/optimizer_steps"] == 0
+    after = _weights(sp)
+    assert after[mid].equal(before[mid]) and after[mid].is_finite()
+    others = [i for i in sp.members if i != mid]
+    assert all(row[f"train/{i}/nan_restored"] == 0 for i in others)
+    assert all(row[f"adapter/{i}/optimizer_steps"] == 1 for i in others)
+    # the adapter trains normally again at the next step, with a fresh optimizer
+    monkeypatch.setattr(train_mod, "policy_loss", real_loss)
+    row2 = sp.step(2)
+    assert row2[f"train/{mid}/nan_restored"] == 0 and row2[f"adapter/{mid}/optimizer_steps"] == 1
+    assert all(torch.isfinite(a).all() for a, _ in sp.backend.get_weights(target).tensors.values())
