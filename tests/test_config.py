@@ -45,6 +45,8 @@ def test_paper_presets_use_rank_32_all_linear_vllm():
         ("no_such_section.x=1", "no_such_section"),
         ("selfplay.steps=abc", "selfplay.steps"),
         ("population.baseline=true", "population.baseline"),
+        ("rl.teacher_estimator=rpp_baseline", "rl.teacher_estimator"),
+        ("selfplay.rollouts=1", "selfplay.rollouts"),
     ],
 )
 def test_bad_values_name_the_key(override, key):

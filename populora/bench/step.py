@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"config {args.config}; mean over {args.steps} steps after one warm-up step (seconds per step)")
     print(f"{'stage':<12} {f'{args.teachers}T+{args.students}S':>10} {'baseline':>10} {'ratio':>7}")
     for s in (*STAGES, "step"):
-        r = pop[s] / base[s] if base[s] > 0 else float("nan")
-        print(f"{s:<12} {pop[s]:>10.3f} {base[s]:>10.3f} {r:>7.2f}")
+        ratio = f"{pop[s] / base[s]:>7.2f}" if base[s] >= 1e-3 else f"{'-':>7}"  # no ratio of near-zero times
+        print(f"{s:<12} {pop[s]:>10.3f} {base[s]:>10.3f} {ratio}")
     print(f"wall-clock ratio population/baseline: {pop['step'] / base['step']:.2f}x for {n} adapters "
           f"(vs {n}.00x for {n} independent single-agent runs)")
     return 0

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from populora.config import Config
+from populora.diagnostics.complexity import complexity_metrics
 from populora.policy import BackendConfig, LoraSpec, OptimConfig, make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
@@ -207,8 +208,12 @@ class SelfPlay:
 
         self.on_stage("buffers")
 
-        # 10. valid tasks join the buffers (deduplicated, capacity-bounded)
-        metrics["buffer/added"] = sum(self.buffers.add(v.task) for v in verdicts if v.valid and v.task is not None)
+        # 10. valid tasks join the buffers (deduplicated, capacity-bounded) and the run's task log
+        valid_tasks = [v.task for v in verdicts if v.valid and v.task is not None]
+        metrics["buffer/added"] = sum(self.buffers.add(task) for task in valid_tasks)
+        stages.append_tasks(self.run_dir / "tasks.jsonl", valid_tasks)
+        metrics.update(complexity_metrics(valid_tasks, lambda tid: self.members[tid].role if tid in self.members
+                                          else "teacher"))
         metrics.update({f"buffer/{tt}/size": len(self.buffers[tt]) for tt in cfg.tasks.types})
 
         metrics.update(stages.step_metrics(self.members, jobs, verdicts, plan, attempts, rho, t_rewards))

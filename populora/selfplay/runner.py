@@ -10,6 +10,7 @@ Run directory layout (``runs/<name>/``)::
     metrics.jsonl      one line per step (stable metric names)
     lineage.jsonl      every birth and replacement of a member
     examples.jsonl     a few tasks per step with their verdicts (for humans)
+    tasks.jsonl        every valid task, with its step and teacher (for the diagnostics)
     checkpoints/       atomic checkpoints (see populora.checkpoint)
     adapters/<id>/     final adapters as PEFT directories (vLLM-loadable)
     members.json       the final members: id, role, adapter_dir, rating
@@ -107,7 +108,7 @@ def train(
     metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard)
     # Lines written after the checkpoint we resume from are redone: drop them first.
     metrics.truncate_after(start)
-    for name in ("lineage.jsonl", "examples.jsonl", "events.jsonl"):
+    for name in ("lineage.jsonl", "examples.jsonl", "tasks.jsonl"):
         truncate_jsonl(rd / name, lambda row: row.get("step", 0) <= start)
 
     stop = StopFlag()

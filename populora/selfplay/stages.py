@@ -279,6 +279,13 @@ def step_metrics(members, jobs, verdicts, plan, attempts, rho, t_rewards) -> dic
     return m
 
 
+def append_tasks(path: Path, tasks: list[Task]) -> None:
+    """Every valid task of the run, one JSON line each (the diagnostics read program complexity here)."""
+    with open(path, "a") as f:
+        for t in tasks:
+            f.write(json.dumps(t.to_json()) + "\n")
+
+
 def write_examples(path: Path, step: int, jobs, verdicts, plan, attempts, keep: int = 3) -> None:
     """A few proposals per step with their verdicts and the students' results, for humans."""
     solved: dict[str, list[bool]] = defaultdict(list)

@@ -61,7 +61,7 @@ def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, max_
         seqs = [batch[i] for i in idx]
         tl = backend.completion_logprobs(
             adapter, [s.prompt_ids for s in seqs], [s.completion_ids for s in seqs],
-            with_grad=True, with_entropy=rl.entropy_coef > 0,
+            with_grad=True, with_entropy=True,  # entropy is always logged (a diagnostic of collapse)
         )
         old = behaviour_logprobs([s.logprobs for s in seqs], tl.mask)
         loss, stats = policy_loss(

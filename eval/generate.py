@@ -1,0 +1,232 @@
+"""Generation for many adapters in one engine, saved as resumable JSONL, split into shards.
+
+The unit of work is ``(adapter, benchmark, slice)``: a slice is ``slice_size`` consecutive items
+of a benchmark. ``plan_units`` lists all units in a fixed order and ``--shard i/N`` takes units
+``k`` with ``k % N == i``. A shard generates greedily for all its pending (adapter, item) pairs of
+one benchmark in mixed-adapter batches (``PolicyBackend.generate`` with one request per pair, each
+naming its adapter; ``None`` is the base model) and appends each finished chunk to
+``<root>/shards/<i>-of-<N>/<adapter>/<benchmark>.jsonl`` (one record per item: prompt, completion
+and metadata), flushed and fsynced. Re-running a shard skips items already in its files, and a
+truncated last line (a crash mid-write) is dropped, so an interrupted evaluation resumes where it
+stopped.
+
+``<root>/plan.json`` fixes adapters, benchmarks, item ids, template, token budgets and shard
+count; every shard checks it, and ``merge`` combines the shards into ``<root>/merged/``, refusing
+missing or duplicated records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from eval.benchmarks import Item
+from eval.prompts import build_prompt
+from eval.runs import EvalAdapter
+
+
+class ShardError(RuntimeError):
+    """Shards are incomplete, duplicated or made with other settings than the plan."""
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    adapter: str  # EvalAdapter.key
+    benchmark: str
+    slice_index: int
+    item_ids: tuple[str, ...]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/8"`` -> ``(2, 8)`` (0-based index)."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must look like i/N (e.g. 0/4), got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"--shard {text}: need 0 <= i < N")
+    return i, n
+
+
+def plan_units(adapters: Sequence[str], item_ids: Mapping[str, Sequence[str]], slice_size: int) -> list[WorkUnit]:
+    """Every (adapter, benchmark, slice) unit in a fixed order (benchmark, slice, adapter)."""
+    units = []
+    for bench, ids in item_ids.items():
+        for s in range(0, len(ids), slice_size):
+            for a in adapters:
+                units.append(WorkUnit(a, bench, s // slice_size, tuple(ids[s : s + slice_size])))
+    return units
+
+
+def shard_units(units: Sequence[WorkUnit], index: int, count: int) -> list[WorkUnit]:
+    return [u for k, u in enumerate(units) if k % count == index]
+
+
+def shard_dir(root: Path, index: int, count: int) -> Path:
+    return root / "shards" / f"{index:03d}-of-{count:03d}"
+
+
+# -- resumable JSONL --------------------------------------------------------------------------------
+def read_records(path: Path, repair: bool = False) -> list[dict]:
+    """Records of a generation file; a truncated last line is dropped (and cut off with ``repair``)."""
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    records, good_end = [], 0
+    for line in data.splitlines(keepends=True):
+        try:
+            if not line.endswith(b"\n"):
+                raise ValueError("no newline: interrupted write")
+            records.append(json.loads(line))
+            good_end += len(line)
+        except ValueError:
+            if good_end + len(line) < len(data):
+                raise ShardError(f"{path}: corrupt record in the middle of the file (byte {good_end})") from None
+            if repair:
+                with open(path, "r+b") as f:
+                    f.truncate(good_end)
+            break
+    return records
+
+
+def append_records(path: Path, records: Sequence[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        for r in records:
+            f.write((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# -- the plan -------------------------------------------------------------------------------------
+def write_or_check_plan(root: Path, plan: dict) -> dict:
+    """Write ``plan.json`` or check that an existing one has the same settings (names the key)."""
+    path = root / "plan.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        for key in plan:
+            if old.get(key) != plan[key]:
+                raise ShardError(
+                    f"{path}: {key!r} differs from this invocation ({old.get(key)!r} vs {plan[key]!r}); "
+                    "use another output directory or the same settings"
+                )
+        return old
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(plan, indent=1) + "\n")
+    os.replace(tmp, path)
+    return plan
+
+
+def make_plan(adapters: Sequence[EvalAdapter], items: Mapping[str, Sequence[Item]], *, template: str,
+              max_new_tokens: Mapping[str, int], shards: int, slice_size: int, model: str) -> dict:
+    return {
+        "model": model,
+        "template": template,
+        "decoding": "greedy",
+        "max_new_tokens": dict(max_new_tokens),
+        "adapters": [a.to_json() for a in adapters],
+        "items": {b: [it.item_id for it in its] for b, its in items.items()},
+        "shards": shards,
+        "slice_size": slice_size,
+    }
+
+
+# -- generation -----------------------------------------------------------------------------------
+def generate_shard(
+    backend,
+    adapters: Sequence[EvalAdapter],
+    items: Mapping[str, Sequence[Item]],
+    root: Path,
+    *,
+    template: str,
+    max_new_tokens: Mapping[str, int],
+    shard: tuple[int, int] = (0, 1),
+    slice_size: int = 64,
+    chunk_size: int = 64,
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    """Generate the pending records of one shard; returns how many were generated now."""
+    from populora.policy.base import GenerationRequest, SamplingParams
+
+    index, count = shard
+    out_dir = shard_dir(root, index, count)
+    by_id = {b: {it.item_id: it for it in its} for b, its in items.items()}
+    units = shard_units(plan_units([a.key for a in adapters], {b: list(by_id[b]) for b in items}, slice_size), index, count)
+    adapter_of = {a.key: a for a in adapters}
+    done = 0
+    for bench in items:
+        pending: list[tuple[str, str]] = []
+        for u in (u for u in units if u.benchmark == bench):
+            have = {r["item_id"] for r in read_records(out_dir / u.adapter / f"{bench}.jsonl", repair=True)}
+            pending.extend((u.adapter, i) for i in u.item_ids if i not in have)
+        # item-major order: consecutive requests belong to different adapters -> mixed batches
+        order = {i: n for n, i in enumerate(by_id[bench])}
+        pending.sort(key=lambda p: (order[p[1]], p[0]))
+        sampling = SamplingParams(temperature=0.0, max_new_tokens=int(max_new_tokens[bench]))
+        for start in range(0, len(pending), chunk_size):
+            chunk = pending[start : start + chunk_size]
+            prompts = [build_prompt(by_id[bench][i], template, backend.tokenizer) for _, i in chunk]
+            requests = [
+                GenerationRequest(p, None if adapter_of[a].adapter_dir is None else a) for p, (a, _) in zip(prompts, chunk)
+            ]
+            results = backend.generate(requests, sampling)
+            per_file: dict[str, list[dict]] = {}
+            for (a, i), prompt, res in zip(chunk, prompts, results):
+                c = res.completions[0]
+                per_file.setdefault(a, []).append({
+                    "adapter": a, "benchmark": bench, "item_id": i, "prompt": prompt, "completion": c.text,
+                    "finish_reason": c.finish_reason, "completion_tokens": len(c.token_ids),
+                    "template": template, "max_new_tokens": sampling.max_new_tokens, "shard": f"{index}/{count}",
+                })
+            for a, recs in per_file.items():
+                append_records(out_dir / a / f"{bench}.jsonl", recs)
+            done += len(chunk)
+            if progress:
+                progress(f"{bench}: {min(start + chunk_size, len(pending))}/{len(pending)} generated (shard {index}/{count})")
+    return done
+
+
+def merge(root: Path) -> Path:
+    """Combine all shards of ``root`` into ``root/merged``; refuse missing or duplicated records."""
+    plan = json.loads((root / "plan.json").read_text())
+    count = plan["shards"]
+    present = sorted(p.name for p in (root / "shards").glob("*")) if (root / "shards").is_dir() else []
+    expected = [shard_dir(root, i, count).name for i in range(count)]
+    stray = sorted(set(present) - set(expected))
+    if stray:
+        raise ShardError(f"{root / 'shards'}: shard directories {stray} do not belong to a {count}-shard plan")
+    merged = root / "merged"
+    problems: list[str] = []
+    outputs: dict[tuple[str, str], list[dict]] = {}
+    for a in (x["key"] for x in plan["adapters"]):
+        for bench, ids in plan["items"].items():
+            seen: dict[str, dict] = {}
+            for i in range(count):
+                for r in read_records(shard_dir(root, i, count) / a / f"{bench}.jsonl"):
+                    if r["item_id"] in seen:
+                        problems.append(f"duplicated: {a}/{bench}/{r['item_id']} (shard {i} and {seen[r['item_id']]['shard']})")
+                    seen[r["item_id"]] = r
+            missing = [i for i in ids if i not in seen]
+            if missing:
+                problems.append(f"incomplete: {a}/{bench} lacks {len(missing)} of {len(ids)} items (first: {missing[0]})")
+            outputs[(a, bench)] = [seen[i] for i in ids if i in seen]
+    if problems:
+        raise ShardError(f"cannot merge {root}: " + "; ".join(problems[:10]) + (" ..." if len(problems) > 10 else ""))
+    for (a, bench), recs in outputs.items():
+        path = merged / a / f"{bench}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+        os.replace(tmp, path)
+    return merged
+
+
+def load_merged(root: Path, adapter: str, bench: str) -> dict[str, dict]:
+    path = root / "merged" / adapter / f"{bench}.jsonl"
+    if not path.is_file():
+        raise ShardError(f"{path}: missing; run the merge step first")
+    return {r["item_id"]: r for r in read_records(path)}

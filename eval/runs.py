@@ -1,0 +1,99 @@
+"""Which adapters a run has: the one place that knows the run layout.
+
+Contract (``read_run``): a run directory ``runs/<name>/`` holds ``members.json``, a JSON list of
+``{"id": str, "role": "teacher" | "student" | "baseline", "adapter_dir": str}``; ``adapter_dir`` is
+a PEFT adapter directory, relative to the run directory (or absolute). The single-agent baseline
+run lists its one adapter with role ``baseline``. The run's name is the directory name.
+
+The bare base model is not part of any run; the evaluation adds it as ``EvalAdapter.base()``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROLES = ("teacher", "student", "baseline")
+BASE_KEY = "base"
+
+
+@dataclass(frozen=True)
+class EvalAdapter:
+    """One thing to evaluate: an adapter of a run, or the base model (``adapter_dir is None``)."""
+
+    run: str
+    member_id: str
+    role: str  # teacher | student | baseline | base
+    adapter_dir: Path | None
+
+    @property
+    def key(self) -> str:
+        """Unique, filesystem- and engine-safe name: ``<run>__<member>`` or ``base``."""
+        if self.adapter_dir is None:
+            return BASE_KEY
+        return re.sub(r"[^A-Za-z0-9_-]", "-", f"{self.run}__{self.member_id}")
+
+    @classmethod
+    def base(cls) -> EvalAdapter:
+        return cls("-", BASE_KEY, "base", None)
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "run": self.run, "member_id": self.member_id, "role": self.role,
+                "adapter_dir": str(self.adapter_dir) if self.adapter_dir else None}
+
+
+def read_run(run_dir: str | Path) -> list[EvalAdapter]:
+    """The adapters listed in ``<run_dir>/members.json`` (see the module docstring)."""
+    run_dir = Path(run_dir)
+    path = run_dir / "members.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; a run directory lists its adapters in members.json")
+    try:
+        members = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: invalid JSON ({e})") from e
+    if not isinstance(members, list) or not members:
+        raise ValueError(f"{path}: expected a non-empty JSON list of members")
+    out = []
+    for n, m in enumerate(members):
+        for key in ("id", "role", "adapter_dir"):
+            if not isinstance(m, dict) or key not in m:
+                raise ValueError(f"{path}: member #{n} lacks key {key!r}")
+        if m["role"] not in ROLES:
+            raise ValueError(f"{path}: member {m['id']!r} has role {m['role']!r} (expected one of {ROLES})")
+        adir = Path(m["adapter_dir"])
+        adir = adir if adir.is_absolute() else run_dir / adir
+        if not (adir / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{path}: member {m['id']!r}: {adir} is not a PEFT adapter directory")
+        out.append(EvalAdapter(run_dir.name, str(m["id"]), m["role"], adir))
+    keys = [a.key for a in out]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{path}: duplicated member ids")
+    return out
+
+
+def write_run(run_dir: str | Path, members: list[dict]) -> Path:
+    """Write ``members.json`` (used by tests and tools that assemble a run by hand)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "members.json"
+    path.write_text(json.dumps(members, indent=2) + "\n")
+    return path
+
+
+def init_run(run_dir: str | Path, module_shapes: dict, members: list[tuple[str, str]], *, rank: int = 8,
+             alpha: float = 16.0, seed: int = 0, b_std: float = 0.02) -> list[EvalAdapter]:
+    """A run of freshly initialised adapters (random B, so members differ): ``members`` is
+    ``[(id, role), ...]``. For benchmarks and tests until trained runs exist."""
+    from populora.policy.adapters import AdapterWeights
+
+    run_dir = Path(run_dir)
+    listed = []
+    for n, (mid, role) in enumerate(members):
+        w = AdapterWeights.init(module_shapes, rank, alpha, b_init="random", b_std=b_std, seed=seed * 1000 + n)
+        w.save_peft(run_dir / "adapters" / mid)
+        listed.append({"id": mid, "role": role, "adapter_dir": f"adapters/{mid}"})
+    write_run(run_dir, listed)
+    return read_run(run_dir)

@@ -1,0 +1,192 @@
+"""submitit executors built from cluster profiles, and the sbatch scripts they submit.
+
+* ``make_executor(profile, folder, name=...)`` returns a ``submitit`` executor: ``SlurmExecutor``
+  for ``slurm`` profiles, ``LocalExecutor`` (subprocesses) for ``local``, ``DebugExecutor``
+  (in-process) for ``debug``.
+* Containers use submitit's interpreter override: the job's ``python`` becomes
+  ``apptainer exec --nv --bind ... IMAGE python`` (or ``ch-run -b ... IMAGE -- python3`` for
+  Charliecloud), so the pickled callable is unpickled and run by the image's Python. A missing
+  image is an error before anything is submitted.
+* ``sbatch_script(...)`` renders, without submitting and without a Slurm client, the exact
+  script ``SlurmExecutor`` writes for the same profile (it calls the same submitit function);
+  ``--dry-run`` prints it and the Slurm tests compare it with what was really submitted.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from jobs.profiles import ClusterProfile, ProfileError
+
+
+class ContainerImageError(FileNotFoundError):
+    """The profile's container image does not exist on the submitting machine."""
+
+
+class SlurmUnavailableError(RuntimeError):
+    """A ``slurm`` profile was used where no Slurm client answers."""
+
+
+def image_path(profile: ClusterProfile) -> Path:
+    """The container image as an absolute path (relative paths are taken from the current
+    directory), checked to exist: a missing image fails here, not in a queued job."""
+    assert profile.container is not None
+    path = Path(profile.container.image).expanduser().absolute()
+    if not path.exists():
+        raise ContainerImageError(
+            f"profile '{profile.name}' ({profile.source}): container.image {path} does not exist; "
+            "build it first (`make container`) or point container.image at an existing image"
+        )
+    return path
+
+
+def container_python(profile: ClusterProfile) -> str:
+    """The shell command that replaces ``python`` in the job script, for the profile's container."""
+    spec = profile.container
+    if spec is None:
+        raise ProfileError(f"profile '{profile.name}' ({profile.source}) has no container")
+    image = str(image_path(profile))
+    if spec.runtime == "apptainer":
+        parts = ["apptainer", "exec", "--nv"]
+        if spec.binds:
+            parts += ["--bind", ",".join(spec.binds)]
+        parts += [*spec.options, image, spec.python]
+        return shlex.join(parts)
+    if spec.runtime == "charliecloud":
+        parts = ["ch-run"]
+        for bind in spec.binds:
+            parts += ["-b", bind]
+        parts += [*spec.options, image, "--", spec.python]
+        # ch-run refuses to start without $USER, which batch jobs may lack; the job's shell fills it.
+        return 'env USER="${USER:-$(id -un)}" ' + shlex.join(parts)
+    raise ProfileError(f"profile '{profile.name}': container.runtime '{spec.runtime}' unknown")
+
+
+def job_python(profile: ClusterProfile) -> str:
+    """The interpreter command of a job: the container's, or this process's Python."""
+    return container_python(profile) if profile.container else shlex.quote(sys.executable)
+
+
+def _export_line(key: str, value: str) -> str:
+    if not key.isidentifier():
+        raise ProfileError(f"env: '{key}' is not a valid environment variable name")
+    # Double quotes on purpose: "$VAR" in a value is expanded by the job's shell.
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+    return f'export {key}="{escaped}"'
+
+
+def _mem(mem_gb: float) -> str:
+    return f"{int(mem_gb)}GB" if mem_gb == int(mem_gb) else f"{int(mem_gb * 1024)}MB"
+
+
+def slurm_parameters(profile: ClusterProfile, name: str, dependency: str | None = None) -> dict[str, Any]:
+    """The profile as ``SlurmExecutor.update_parameters`` keywords (Slurm's own names).
+
+    GPUs are asked as ``--gres=gpu:N`` per node: one training run takes one whole node."""
+    params: dict[str, Any] = {
+        "job_name": name,
+        "partition": profile.partition,
+        "time": profile.time_min,
+        "nodes": profile.nodes,
+        "cpus_per_task": profile.cpus_per_task,
+        "signal_delay_s": profile.signal_delay_s,
+        "array_parallelism": profile.array_parallelism,
+    }
+    for key in ("account", "qos", "constraint"):
+        if getattr(profile, key):
+            params[key] = getattr(profile, key)
+    if profile.gpus_per_node:
+        params["gres"] = f"gpu:{profile.gpus_per_node}"
+    if profile.mem_gb:
+        params["mem"] = _mem(profile.mem_gb)
+    if profile.exclusive:
+        params["exclusive"] = True
+    setup = [_export_line(k, v) for k, v in profile.env.items()] + list(profile.setup)
+    if setup:
+        params["setup"] = setup
+    if dependency:
+        params["dependency"] = dependency
+    if profile.sbatch_extra:
+        params["additional_parameters"] = dict(profile.sbatch_extra)
+    return params
+
+
+def require_slurm(profile: ClusterProfile) -> None:
+    """Fail early when a slurm profile is used without a Slurm client on this machine."""
+    if shutil.which("sbatch") is None or shutil.which("srun") is None:
+        raise SlurmUnavailableError(
+            f"profile '{profile.name}' submits to Slurm, but no sbatch/srun was found on PATH; "
+            "use --profile local (subprocesses) or --profile debug (in-process) on a machine without Slurm"
+        )
+
+
+def check_partition(profile: ClusterProfile) -> None:
+    """Ask the cluster whether the profile's partition exists (before anything is submitted)."""
+    require_slurm(profile)
+    proc = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise SlurmUnavailableError(f"sinfo failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    partitions = sorted(set(proc.stdout.split()))
+    if profile.partition not in partitions:
+        raise ProfileError(
+            f"profile '{profile.name}' ({profile.source}): partition '{profile.partition}' does not exist "
+            f"on this cluster; partitions: {', '.join(partitions)}"
+        )
+
+
+def preflight(profile: ClusterProfile) -> None:
+    """Every check that can fail before submission: Slurm client and partition (slurm profiles),
+    container image. Call it for each profile before submitting the first job of a plan."""
+    if profile.executor == "slurm":
+        check_partition(profile)
+    if profile.container is not None:
+        image_path(profile)
+
+
+def make_executor(profile: ClusterProfile, folder: str | Path, name: str = "populora",
+                  dependency: str | None = None):
+    """A submitit executor that runs jobs as the profile says. ``folder`` holds submitit's pickles
+    and logs (it may contain ``%j``); ``dependency`` is a Slurm dependency such as
+    ``afterok:123_0`` (only for ``slurm`` profiles: local executors have no scheduler)."""
+    import submitit
+
+    if profile.executor == "debug":
+        if dependency:
+            raise ProfileError(f"profile '{profile.name}': the debug executor cannot express dependencies")
+        return submitit.DebugExecutor(folder)
+    python = job_python(profile)
+    if profile.executor == "local":
+        if dependency:
+            raise ProfileError(f"profile '{profile.name}': the local executor cannot express dependencies")
+        executor = submitit.LocalExecutor(folder, max_num_timeout=profile.max_num_timeout, python=python)
+        setup = [_export_line(k, v) for k, v in profile.env.items()] + list(profile.setup)
+        executor.update_parameters(timeout_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
+                                   signal_delay_s=profile.signal_delay_s, setup=setup)
+        return executor
+    require_slurm(profile)
+    executor = submitit.SlurmExecutor(folder, max_num_timeout=profile.max_num_timeout, python=python)
+    executor.update_parameters(**slurm_parameters(profile, name, dependency))
+    return executor
+
+
+def sbatch_script(profile: ClusterProfile, folder: str | Path, name: str = "populora",
+                  array_size: int | None = None, dependency: str | None = None) -> str:
+    """The sbatch script a ``SlurmExecutor`` from this profile would submit (an array of
+    ``array_size`` tasks when given). Works without a Slurm client; used by ``--dry-run``."""
+    # submitit's private script renderer is the very function SlurmExecutor calls to write the
+    # file it submits; reusing it keeps the dry run identical to the real submission.
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    if profile.executor != "slurm":
+        raise ProfileError(f"profile '{profile.name}' uses the {profile.executor} executor: no sbatch script")
+    folder = Path(folder).expanduser().absolute()
+    command = " ".join([job_python(profile), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    params = slurm_parameters(profile, name, dependency)
+    if array_size is not None and array_size > 1:
+        params["map_count"] = array_size
+    return _make_sbatch_string(command=command, folder=folder, **params)

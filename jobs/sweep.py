@@ -1,0 +1,356 @@
+"""Sweeps: a grid of training runs -> one training job array -> evaluation arrays -> one leaderboard.
+
+A sweep file (``configs/sweeps/<name>.yaml``) names a config preset and the grid::
+
+    name: populations-7b            # the sweep directory defaults to sweeps/<name>
+    config: configs/tiny.yaml       # preset every run starts from
+    profile: paper-8xh100           # cluster profile of the training jobs (--profile overrides it)
+    eval_profile: null              # profile of evaluation and leaderboard jobs (default: profile)
+    populations: [1t1s, 4t4s, 8t8s, baseline]   # built-in names, or a mapping name -> [overrides]
+    seeds: [0, 1, 2]
+    seed_key: seed                  # config key that receives the seed
+    grid: {rl.lr: [1.0e-5, 3.0e-5]} # any config key -> list of values (cartesian product)
+    overrides: [selfplay.steps=200] # applied to every run, before population / seed / grid
+    eval: {benchmarks: [code, math], shards: 4, max_retries: 2, args: [--model, /models/qwen-7b]}
+
+Overrides are opaque ``key=value`` strings handed to the training command; every run's config is
+validated with ``populora.config.load_config`` before anything is submitted.
+
+Sweep directory (refused if it exists)::
+
+    manifest.json   the spec, every run (name, directory, overrides) and every job id, by stage
+    sweep.yaml      copy of the sweep file
+    runs/<run>/     run directories (training output; evaluation results in runs/<run>/eval/)
+    leaderboard/    the leaderboard of all runs
+    logs/           submitit pickles and logs (logs/<stage>/<job id>/)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs.evaluate import evaluation_stages
+from jobs.executors import preflight
+from jobs.plan import Stage, SubmittedStage, render_plan, submit_plan
+from jobs.profiles import REPO_ROOT, ClusterProfile, ProfileError, load_profile
+from jobs.train import DEFAULT_ENTRY, TrainingJob
+
+# Population sizes of the paper's sweeps, as config overrides.
+POPULATIONS: dict[str, tuple[str, ...]] = {
+    "1t1s": ("population.teachers=1", "population.students=1", "population.baseline=false"),
+    "4t4s": ("population.teachers=4", "population.students=4", "population.baseline=false"),
+    "8t8s": ("population.teachers=8", "population.students=8", "population.baseline=false"),
+    "baseline": ("population.teachers=1", "population.students=1", "population.baseline=true"),
+}
+SPEC_KEYS = ("name", "config", "profile", "eval_profile", "populations", "seeds", "seed_key", "grid",
+             "overrides", "eval", "out")
+EVAL_KEYS = ("benchmarks", "shards", "max_retries", "args")
+MANIFEST = "manifest.json"
+
+
+class SweepError(ValueError):
+    """A sweep file or directory problem; raised before anything is submitted."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    overrides: tuple[str, ...]
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    config: str
+    source: str = "<dict>"
+    profile: str = "local"
+    eval_profile: str | None = None
+    populations: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"1t1s": POPULATIONS["1t1s"]})
+    seeds: tuple[int, ...] = (0,)
+    seed_key: str = "seed"
+    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    overrides: tuple[str, ...] = ()
+    benchmarks: tuple[str, ...] = ("code", "math")
+    shards: int = 1
+    max_retries: int | None = None
+    eval_args: tuple[str, ...] = ()
+    out: str | None = None
+
+
+def _fail_unknown(where: str, keys: Any, valid: Sequence[str]) -> None:
+    bad = [str(k) for k in keys if k not in valid]
+    if bad:
+        raise SweepError(f"{where}: unknown key(s) {', '.join(bad)}; valid keys: {', '.join(valid)}")
+
+
+def _populations(where: str, value: Any) -> dict[str, tuple[str, ...]]:
+    if isinstance(value, list):
+        unknown = [v for v in value if v not in POPULATIONS]
+        if unknown:
+            raise SweepError(f"{where}: unknown population(s) {unknown}; built in: {', '.join(POPULATIONS)} "
+                             "(or give a mapping name -> list of overrides)")
+        return {v: POPULATIONS[v] for v in value}
+    if isinstance(value, dict):
+        out = {}
+        for name, overrides in value.items():
+            if overrides is None and name in POPULATIONS:
+                overrides = POPULATIONS[name]
+            if not isinstance(overrides, (list, tuple)) or not all(isinstance(o, str) and "=" in o for o in overrides):
+                raise SweepError(f"{where}: populations.{name} must be a list of key=value strings, got {overrides!r}")
+            out[str(name)] = tuple(overrides)
+        return out
+    raise SweepError(f"{where}: populations must be a list of names or a mapping, got {value!r}")
+
+
+def spec_from_dict(data: dict[str, Any], source: str = "<dict>") -> SweepSpec:
+    where = f"sweep file {source}"
+    if not isinstance(data, dict):
+        raise SweepError(f"{where}: expected a mapping")
+    _fail_unknown(where, data, SPEC_KEYS)
+    for key in ("name", "config"):
+        if not data.get(key):
+            raise SweepError(f"{where}: key '{key}' is required")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", str(data["name"])):
+        raise SweepError(f"{where}: name {data['name']!r} may only use letters, digits, '.', '_' and '-'")
+    spec = SweepSpec(name=str(data["name"]), config=str(data["config"]), source=source)
+    if data.get("profile"):
+        spec.profile = str(data["profile"])
+    spec.eval_profile = data.get("eval_profile")
+    if "populations" in data:
+        spec.populations = _populations(where, data["populations"])
+    seeds = data.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+        raise SweepError(f"{where}: seeds must be a non-empty list of integers, got {seeds!r}")
+    spec.seeds = tuple(seeds)
+    spec.seed_key = str(data.get("seed_key", "seed"))
+    grid = data.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise SweepError(f"{where}: grid must be a mapping key -> list of values, got {grid!r}")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise SweepError(f"{where}: grid.{key} must be a non-empty list of values, got {values!r}")
+    spec.grid = {str(k): tuple(v) for k, v in grid.items()}
+    overrides = data.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
+        raise SweepError(f"{where}: overrides must be a list of key=value strings, got {overrides!r}")
+    spec.overrides = tuple(overrides)
+    ev = data.get("eval") or {}
+    if not isinstance(ev, dict):
+        raise SweepError(f"{where}: eval must be a mapping, got {ev!r}")
+    _fail_unknown(f"{where}: eval", ev, EVAL_KEYS)
+    benchmarks = ev.get("benchmarks", ["code", "math"])
+    if isinstance(benchmarks, str):
+        benchmarks = [benchmarks]
+    if not benchmarks or not all(isinstance(b, str) for b in benchmarks):
+        raise SweepError(f"{where}: eval.benchmarks must be a non-empty list of names, got {benchmarks!r}")
+    spec.benchmarks = tuple(benchmarks)
+    spec.shards = int(ev.get("shards", 1))
+    if spec.shards < 1:
+        raise SweepError(f"{where}: eval.shards must be >= 1, got {spec.shards}")
+    spec.max_retries = ev.get("max_retries")
+    eval_args = ev.get("args") or []
+    if not isinstance(eval_args, list):
+        raise SweepError(f"{where}: eval.args must be a list of `populora eval` arguments, got {eval_args!r}")
+    spec.eval_args = tuple(str(a) for a in eval_args)
+    spec.out = data.get("out")
+    return spec
+
+
+def load_spec(path: str | os.PathLike[str]) -> SweepSpec:
+    p = Path(path)
+    if not p.is_file():
+        raise SweepError(f"sweep file {p} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SweepError(f"sweep file {p}: not valid YAML: {exc}") from exc
+    return spec_from_dict(data, source=str(p))
+
+
+def _value_text(value: Any) -> str:
+    return "true" if value is True else "false" if value is False else str(value)
+
+
+def expand_runs(spec: SweepSpec) -> list[RunSpec]:
+    """The cartesian product populations x seeds x grid, as named runs with their overrides."""
+    keys = list(spec.grid)
+    runs = []
+    for pop, seed, values in itertools.product(spec.populations, spec.seeds,
+                                               itertools.product(*(spec.grid[k] for k in keys))):
+        name = f"{pop}-s{seed}" + "".join(f"-{k.split('.')[-1]}{_value_text(v)}" for k, v in zip(keys, values))
+        name = re.sub(r"[^A-Za-z0-9._=-]", "_", name)
+        overrides = (*spec.overrides, *spec.populations[pop], f"{spec.seed_key}={seed}",
+                     *(f"{k}={_value_text(v)}" for k, v in zip(keys, values)))
+        runs.append(RunSpec(name, overrides))
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise SweepError(f"sweep {spec.name}: two runs got the same name; rename populations or grid values")
+    return runs
+
+
+def resolve_config(spec: SweepSpec) -> Path:
+    """The preset path: as given (from the current directory), else relative to the project root."""
+    for candidate in (Path(spec.config), REPO_ROOT / spec.config):
+        if candidate.is_file():
+            return candidate.absolute()
+    raise SweepError(f"sweep file {spec.source}: config {spec.config} does not exist")
+
+
+def validate_run_configs(config: Path, runs: Sequence[RunSpec]) -> None:
+    """Load every run's config with its overrides so a bad key fails before submission."""
+    from populora.config import load_config
+
+    for run in runs:
+        try:
+            load_config(str(config), list(run.overrides))
+        except Exception as exc:
+            raise SweepError(f"run {run.name} ({config} + {' '.join(run.overrides)}): {exc}") from exc
+
+
+@dataclass
+class SweepPlan:
+    spec: SweepSpec
+    sweep_dir: Path
+    runs: list[RunSpec]
+    stages: list[Stage]
+    profile: ClusterProfile
+    eval_profile: ClusterProfile
+
+
+def _profile(value: str | ClusterProfile) -> ClusterProfile:
+    return value if isinstance(value, ClusterProfile) else load_profile(value)
+
+
+def build_plan(spec: SweepSpec, sweep_dir: str | Path | None = None, profile: str | ClusterProfile | None = None,
+               entry: str | Callable[..., dict] = DEFAULT_ENTRY, validate: bool = True,
+               eval_profile: str | ClusterProfile | None = None) -> SweepPlan:
+    """Expand the grid and lay out every job; nothing is written or submitted.
+
+    ``profile`` / ``eval_profile`` override the sweep file's; when only ``profile`` is given, it is
+    used for the evaluation jobs too."""
+    sweep_dir = Path(sweep_dir or spec.out or Path("sweeps") / spec.name).absolute()
+    train_profile = _profile(profile or spec.profile)
+    eval_choice = eval_profile or (profile if profile else spec.eval_profile)
+    eval_prof = _profile(eval_choice) if eval_choice else train_profile
+    config = resolve_config(spec)
+    runs = expand_runs(spec)
+    if validate:
+        validate_run_configs(config, runs)
+    run_dirs = {r.name: sweep_dir / "runs" / r.name for r in runs}
+    train = Stage(
+        key="train", name=f"{spec.name}-train", profile=train_profile, folder=sweep_dir / "logs" / "train" / "%j",
+        calls=[TrainingJob(run_dirs[r.name], str(config), r.overrides, entry=entry) for r in runs],
+        labels=[r.name for r in runs],
+    )
+    evals = evaluation_stages(run_dirs, spec.benchmarks, spec.shards, sweep_dir / "leaderboard", eval_prof,
+                              sweep_dir / "logs", after={r.name: ("train", i) for i, r in enumerate(runs)},
+                              max_retries=spec.max_retries, extra=spec.eval_args, prefix=spec.name)
+    return SweepPlan(spec, sweep_dir, runs, [train, *evals], train_profile, eval_prof)
+
+
+def _stage_record(sub: SubmittedStage) -> dict[str, Any]:
+    return {"key": sub.stage.key, "name": sub.stage.name, "job_id": sub.job_id, "dependency": sub.dependency,
+            "executor": sub.stage.profile.executor, "folder": str(sub.stage.folder),
+            "tasks": [{"label": label, "job_id": str(job.job_id)} for label, job in zip(sub.stage.labels, sub.jobs)]}
+
+
+def write_manifest(sweep_dir: Path, manifest: dict[str, Any]) -> None:
+    tmp = sweep_dir / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str))
+    os.replace(tmp, sweep_dir / MANIFEST)
+
+
+def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
+    path = Path(sweep_dir) / MANIFEST
+    if not path.is_file():
+        raise SweepError(f"{path} does not exist: is {sweep_dir} a sweep directory?")
+    return json.loads(path.read_text())
+
+
+def submit_sweep(plan: SweepPlan, wait_local: bool = True) -> dict[str, Any]:
+    """Create the sweep directory, submit every stage, record job ids in the manifest as they come.
+
+    Refuses an existing sweep directory. On ``local``/``debug`` profiles stages run one after the
+    other, and with ``wait_local`` the call returns when the last stage has finished."""
+    if plan.sweep_dir.exists():
+        raise SweepError(f"sweep directory {plan.sweep_dir} already exists; choose another --out or remove it")
+    for prof in (plan.profile, plan.eval_profile):
+        preflight(prof)
+    plan.sweep_dir.mkdir(parents=True)
+    (plan.sweep_dir / "runs").mkdir()
+    if Path(plan.spec.source).is_file():
+        (plan.sweep_dir / "sweep.yaml").write_text(Path(plan.spec.source).read_text())
+    manifest: dict[str, Any] = {
+        "name": plan.spec.name, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "spec_file": plan.spec.source, "spec": asdict(plan.spec), "profile": plan.profile.name,
+        "eval_profile": plan.eval_profile.name, "sweep_dir": str(plan.sweep_dir),
+        "runs": [{"name": r.name, "run_dir": str(plan.sweep_dir / "runs" / r.name), "overrides": list(r.overrides)}
+                 for r in plan.runs],
+        "stages": [],
+    }
+    write_manifest(plan.sweep_dir, manifest)
+
+    def record(sub: SubmittedStage) -> None:
+        manifest["stages"].append(_stage_record(sub))
+        write_manifest(plan.sweep_dir, manifest)
+
+    submitted = submit_plan(plan.stages, on_submit=record)
+    if wait_local and any(s.stage.profile.executor != "slurm" for s in submitted.values()):
+        record_local_results(plan.sweep_dir, manifest, submitted)
+    return manifest
+
+
+def record_local_results(sweep_dir: Path, manifest: dict[str, Any], submitted: dict[str, SubmittedStage]) -> None:
+    """Wait for jobs run without a scheduler and store their final state in the manifest."""
+    for entry in manifest["stages"]:
+        for task, job in zip(entry["tasks"], submitted[entry["key"]].jobs):
+            try:
+                job.result()
+                task["state"] = "COMPLETED"
+            except Exception as exc:
+                task["state"] = "FAILED"
+                task["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    write_manifest(sweep_dir, manifest)
+
+
+def describe_submission(manifest: dict[str, Any]) -> str:
+    lines = [f"sweep {manifest['name']}: {manifest['sweep_dir']}"]
+    for st in manifest["stages"]:
+        dep = f" after {st['dependency']}" if st.get("dependency") else ""
+        lines.append(f"  {st['key']:<24} job {st['job_id']} ({len(st['tasks'])} task(s)){dep}")
+    return "\n".join(lines)
+
+
+def describe_plan(plan: SweepPlan) -> str:
+    lines = [f"sweep {plan.spec.name}: {len(plan.runs)} run(s) -> {plan.sweep_dir}",
+             f"profile {plan.profile.name} ({plan.profile.source}); eval profile {plan.eval_profile.name}"]
+    lines += [f"  run {r.name}: {' '.join(r.overrides)}" for r in plan.runs]
+    return "\n".join(lines)
+
+
+def dry_run_text(plan: SweepPlan) -> str:
+    """What ``--dry-run`` prints: the runs, then every sbatch script (or the local job list)."""
+    if all(s.profile.executor == "slurm" for s in plan.stages):
+        body = render_plan(plan.stages)
+    else:
+        body = "\n".join(f"### stage {s.key} ({s.profile.executor} executor): {', '.join(s.labels)}"
+                         for s in plan.stages)
+    return describe_plan(plan) + "\n\n" + body
+
+
+def check_profile_name(name: str) -> None:
+    """Raise the profile error early (used by the CLI for --profile)."""
+    try:
+        load_profile(name)
+    except ProfileError as exc:
+        raise SweepError(str(exc)) from exc

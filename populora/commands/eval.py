@@ -1,0 +1,110 @@
+"""`populora eval` and `populora leaderboard`: evaluate the adapters of runs, then tabulate them.
+
+    populora eval --runs runs/a runs/b --benchmarks code,math [--adapters ID ...] [--limit N]
+    populora eval --runs runs/a --shard 3/8 --stage generate     # one Slurm array task
+    populora eval --runs runs/a --shard 0/8 --stage score        # merge all 8 shards, then score
+    populora leaderboard runs/a runs/b --out DIR
+
+The heavy imports (torch, transformers, evalplus, math-verify) happen only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _kv(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    return k.strip(), v.strip()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate adapters of runs (and the base model) on code and math benchmarks")
+    p.add_argument("--runs", nargs="+", required=True, help="run directories (each with members.json)")
+    p.add_argument("--benchmarks", default="code,math", help="comma list: code, math, all or benchmark names")
+    p.add_argument("--adapters", nargs="+", help="only these member ids (or run/member)")
+    p.add_argument("--no-base", action="store_true", help="do not evaluate the bare base model")
+    p.add_argument("--limit", type=int, help="only the first N items of every benchmark")
+    p.add_argument("--model", default="tiny", help="base model: tiny, smollm2-135m, a path or HF id")
+    p.add_argument("--backend", default="hf", choices=("hf", "vllm"))
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--max-batch-size", type=int, default=64, help="rows decoded together by the backend")
+    p.add_argument("--template", default="base", choices=("base", "chat", "r1"), help="prompt template (see docs/evaluation.md)")
+    p.add_argument("--max-new-tokens", type=_kv, action="append", default=[], metavar="BENCH=N",
+                   help="token budget per benchmark (repeatable); defaults in eval/benchmarks.py")
+    p.add_argument("--data", type=_kv, action="append", default=[], metavar="BENCH=PATH",
+                   help="benchmark file (LiveCodeBench: directory of test*.jsonl); repeatable")
+    p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
+    p.add_argument("--lcb-release", default="release_v5")
+    p.add_argument("--lcb-start", default="2024-08-01", help="first contest date (ISO), inclusive")
+    p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), exclusive")
+    p.add_argument("--skip-missing", action="store_true", help="skip benchmarks whose data is not available (says which)")
+    p.add_argument("--shard", default="0/1", help="i/N: this process's share of adapter x benchmark x slice")
+    p.add_argument("--stage", default="all", choices=("all", "generate", "merge", "score"))
+    p.add_argument("--slice-size", type=int, default=64)
+    p.add_argument("--workdir", help="generations and scores (default: <first run>/eval/work)")
+    p.add_argument("--evalplus-max-memory-gb", type=float,
+                   help="address-space limit of EvalPlus test processes (default: EvalPlus's 4 GiB)")
+    p.add_argument("--cache-dir", help="EvalPlus data/ground-truth cache (default $POPULORA_CACHE/evalplus)")
+    p.set_defaults(func=run_eval)
+
+    lp = sub.add_parser("leaderboard", help="write leaderboard.md/.csv/.html from evaluated runs")
+    lp.add_argument("runs", nargs="+", help="run directories evaluated with `populora eval`")
+    lp.add_argument("--out", required=True, help="output directory")
+    lp.set_defaults(func=run_leaderboard)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from eval.benchmarks import BENCHMARKS, BenchmarkDataError, resolve_benchmarks
+    from eval.generate import ShardError, parse_shard
+    from eval.pipeline import EvalSettings, evaluate_runs, load_benchmarks
+
+    try:
+        benches = resolve_benchmarks(args.benchmarks)
+        budgets = {}
+        for k, v in args.max_new_tokens:
+            if k not in BENCHMARKS:
+                raise ValueError(f"--max-new-tokens: unknown benchmark {k!r}")
+            budgets[k] = int(v)
+        s = EvalSettings(
+            model=args.model, backend=args.backend, device=args.device, dtype=args.dtype,
+            max_batch_size=args.max_batch_size, template=args.template, benchmarks=benches, max_new_tokens=budgets,
+            limit=args.limit, slice_size=args.slice_size, shard=parse_shard(args.shard), data_dir=args.data_dir,
+            data_paths=dict(args.data), lcb_release=args.lcb_release, lcb_start=args.lcb_start or None,
+            lcb_end=args.lcb_end or None, cache_dir=args.cache_dir, include_base=not args.no_base,
+            evalplus_max_memory_gb=args.evalplus_max_memory_gb,
+        )
+        if args.skip_missing:
+            kept = []
+            for b in s.benchmarks:
+                try:
+                    load_benchmarks(EvalSettings(**{**s.__dict__, "benchmarks": [b], "limit": 1}))
+                    kept.append(b)
+                except BenchmarkDataError as e:
+                    print(f"skipping {b}: {e}", file=sys.stderr)
+            s.benchmarks = kept
+        workdir = Path(args.workdir) if args.workdir else Path(args.runs[0]) / "eval" / "work"
+        evaluate_runs(args.runs, s, workdir=workdir, only=args.adapters, stage=args.stage,
+                      log=lambda m: print(m, file=sys.stderr))
+    except (BenchmarkDataError, ShardError, FileNotFoundError, ValueError) as e:
+        print(f"populora eval: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run_leaderboard(args: argparse.Namespace) -> int:
+    from eval.leaderboard import write_leaderboard
+
+    try:
+        paths = write_leaderboard(args.runs, args.out)
+    except FileNotFoundError as e:
+        print(f"populora leaderboard: {e}", file=sys.stderr)
+        return 2
+    for p in paths.values():
+        print(p)
+    return 0

@@ -1,0 +1,71 @@
+"""`populora sweep SWEEP.yaml [--dry-run] [--profile P] [--eval-profile P] [--out DIR] [--wait S]` and
+`populora sweep status DIR`: grids of training runs submitted as job arrays, then evaluation
+arrays and a leaderboard (see jobs/sweep.py for the sweep file and directory layout)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="submit a sweep (training array -> evaluation arrays -> leaderboard), or show its status",
+        description="populora sweep SWEEP.yaml [options]  |  populora sweep status SWEEP_DIR",
+    )
+    p.add_argument("target", nargs="+", metavar="SWEEP.yaml | status DIR",
+                   help="a sweep file to submit, or `status` and a sweep directory")
+    p.add_argument("--dry-run", action="store_true", help="print the runs and sbatch scripts; submit nothing")
+    p.add_argument("--profile", help="cluster profile (name in slurm/profiles or a YAML path); also used for "
+                   "evaluation unless --eval-profile is given")
+    p.add_argument("--eval-profile", help="cluster profile of the evaluation and leaderboard jobs")
+    p.add_argument("--out", help="sweep directory (default: the sweep file's `out`, else sweeps/<name>)")
+    p.add_argument("--wait", type=float, metavar="SECONDS",
+                   help="after submitting (or with status), poll until every job ends or SECONDS pass")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from jobs import sweep
+    from jobs.executors import ContainerImageError, SlurmUnavailableError
+    from jobs.profiles import ProfileError
+    from jobs.status import AccountingError, format_table, wait
+
+    try:
+        if args.target[0] == "status":
+            if len(args.target) != 2:
+                print("usage: populora sweep status SWEEP_DIR", file=sys.stderr)
+                return 2
+            return _status(args.target[1], args.wait)
+        if len(args.target) != 1:
+            print("usage: populora sweep SWEEP.yaml [--dry-run] [--profile P] [--out DIR]", file=sys.stderr)
+            return 2
+        spec = sweep.load_spec(args.target[0])
+        plan = sweep.build_plan(spec, args.out, args.profile, eval_profile=args.eval_profile)
+        if args.dry_run:
+            print(sweep.dry_run_text(plan))
+            return 0
+        manifest = sweep.submit_sweep(plan)
+        print(sweep.describe_submission(manifest))
+        if args.wait:
+            rows = wait(lambda: sweep.read_manifest(plan.sweep_dir), args.wait)
+            print(format_table(rows))
+            return 0 if all(r["state"] == "COMPLETED" for r in rows) else 1
+        return 0
+    except (sweep.SweepError, ProfileError, ContainerImageError, SlurmUnavailableError, AccountingError,
+            TimeoutError) as exc:
+        print(f"populora sweep: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _status(sweep_dir: str, wait_s: float | None) -> int:
+    from jobs import sweep
+    from jobs.status import format_table, status_of, wait
+
+    if wait_s:
+        rows = wait(lambda: sweep.read_manifest(sweep_dir), wait_s)
+    else:
+        rows = status_of(sweep_dir)
+    print(format_table(rows))
+    return 0

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Build the small container image the container tests run jobs in, and install the runtime
+# that runs it. Apptainer has no Debian or PyPI package, so the tests exercise the same
+# interpreter-override path (`<runtime> ... IMAGE python3` as submitit's python) with
+# Charliecloud's `ch-run`, which runs a SquashFS image unprivileged, like `apptainer exec`.
+#
+# The image is a Debian bookworm minbase rootfs with python3 (same minor version as the
+# project's Python, so the host virtual environment can be put on PYTHONPATH inside it), plus
+# empty mount points for the directories given as arguments (ch-run binds onto existing
+# directories of a read-only image; Apptainer creates them itself).
+#
+# Usage: slurm/testing/image.sh [BIND_DIR ...]
+#   image path: $POPULORA_TEST_IMAGE (default /var/cache/populora/ci-image.sqfs)
+#   default bind dirs: the repository root and /tmp. Does nothing when the image exists.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+image="${POPULORA_TEST_IMAGE:-/var/cache/populora/ci-image.sqfs}"
+# the Debian mirror this machine's apt already uses (first "URIs:" / "deb" line), unless given
+apt_mirror() {
+  { grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
+    grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}'; } | grep -v security | head -1
+}
+mirror="${DEBIAN_MIRROR:-$(apt_mirror)}"
+[ -n "$mirror" ] || { echo "image.sh: no Debian mirror found in the apt sources; set DEBIAN_MIRROR" >&2; exit 1; }
+t0=$SECONDS
+log() { echo "[slurm-testing image] $*"; }
+[ $# -gt 0 ] || set -- "$repo" /tmp
+
+need=()
+for p in charliecloud-runtime squashfs-tools squashfuse debootstrap; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  log "installed ${need[*]}: $((SECONDS-t0))s"
+fi
+
+if [ -s "$image" ]; then log "image exists: $image"; exit 0; fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+debootstrap --variant=minbase --include=python3 bookworm "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
+  || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+for d in "$@"; do mkdir -p "$work/rootfs/$d"; done
+rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb
+install -d "$(dirname "$image")"
+mksquashfs "$work/rootfs" "$image.part" -noappend -comp gzip -quiet
+mv "$image.part" "$image"
+log "built $image ($(du -h "$image" | cut -f1)) in $((SECONDS-t0))s"

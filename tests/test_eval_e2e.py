@@ -1,0 +1,171 @@
+"""End to end on CPU: freshly initialised adapters on `tiny` in the run layout go through
+`populora eval` on a slice of every benchmark (LiveCodeBench: the toy fixture) and
+`populora leaderboard` writes the three files. A random tiny model scores about zero; this test
+checks the plumbing (the self-check tests check the scorers)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from eval.benchmarks import BENCHMARKS, ENV_DIR
+from populora.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get(ENV_DIR, REPO.parent / "shared" / "benchmarks"))
+LCB = REPO / "tests" / "fixtures" / "livecodebench"
+needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from eval.pipeline import EvalSettings, make_engine
+    from eval.runs import init_run
+
+    root = tmp_path_factory.mktemp("runs")
+    probe = make_engine(EvalSettings(model="tiny"), [])
+    shapes = probe.module_shapes()
+    probe.close()
+    init_run(root / "pop", shapes, [("t0", "teacher"), ("s0", "student")], seed=1)
+    init_run(root / "single", shapes, [("b0", "baseline")], seed=2)
+    return root
+
+
+def _budgets(n):
+    return [f"--max-new-tokens={b}={n}" for b in BENCHMARKS]
+
+
+@needs_data
+@pytest.mark.slow
+def test_eval_every_benchmark_then_leaderboard(runs, tmp_path, capsys):
+    args = ["eval", "--runs", str(runs / "pop"), str(runs / "single"), "--benchmarks", "all", "--limit", "1",
+            "--data-dir", str(DATA), "--data", f"livecodebench={LCB}", "--workdir", str(tmp_path / "work"),
+            "--cache-dir", str(tmp_path / "cache"), *_budgets(8)]
+    assert main(args) == 0
+    scores = json.loads((runs / "pop" / "eval" / "scores.json").read_text())
+    keys = {r["key"] for r in scores["rows"]}
+    assert keys == {"pop__t0", "pop__s0", "base"}
+    assert {r["column"] for r in scores["rows"]} >= {"HumanEval+", "MBPP+", "LiveCodeBench", "gsm8k", "olympiadbench"}
+    assert all(0.0 <= r["value"] <= 1.0 and r["n"] == 1 for r in scores["rows"])
+    assert scores["provenance"]["data"]["gsm8k"]["sha256"] == BENCHMARKS["gsm8k"].sha256
+    gen = tmp_path / "work" / "merged" / "single__b0" / "livecodebench.jsonl"
+    rec = json.loads(gen.read_text().splitlines()[0])
+    assert rec["item_id"] == "toy001" and rec["max_new_tokens"] == 8 and rec["template"] == "base"
+
+    # resuming generates nothing new
+    capsys.readouterr()
+    assert main([*args, "--stage", "generate"]) == 0
+    assert "generated 0 completions" in capsys.readouterr().err
+
+    out = tmp_path / "board"
+    assert main(["leaderboard", str(runs / "pop"), str(runs / "single"), "--out", str(out)]) == 0
+    md = (out / "leaderboard.md").read_text()
+    for label in ("pop / teacher / t0", "pop / student / s0", "single / baseline / b0", "base model", "population mean"):
+        assert label in md
+    assert (out / "leaderboard.csv").is_file() and "base64," in (out / "leaderboard.html").read_text()
+
+
+@needs_data
+@pytest.mark.slow
+def test_sharded_generation_then_merge_and_score(runs, tmp_path):
+    common = ["eval", "--runs", str(runs / "pop"), "--benchmarks", "gsm8k", "--limit", "2", "--slice-size", "1",
+              "--data-dir", str(DATA), "--workdir", str(tmp_path / "work"), "--no-base", *_budgets(4)]
+    assert main([*common, "--shard", "0/2", "--stage", "generate"]) == 0
+    assert main([*common, "--shard", "0/2", "--stage", "score"]) == 2  # shard 1 missing: refused
+    assert main([*common, "--shard", "1/2", "--stage", "generate"]) == 0
+    assert main([*common, "--shard", "0/2", "--stage", "score"]) == 0
+    rows = json.loads((tmp_path / "work" / "scores.json").read_text())["rows"]
+    assert sorted(r["key"] for r in rows) == ["pop__s0", "pop__t0"]
+
+
+def test_missing_livecodebench_explains(tmp_path, capsys, runs):
+    rc = main(["eval", "--runs", str(runs / "pop"), "--benchmarks", "livecodebench", "--data",
+               f"livecodebench={tmp_path}", "--workdir", str(tmp_path / "w")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "huggingface-cli download livecodebench/code_generation_lite" in err
+
+
+class AnswerKeyBackend:
+    """Test double of the engine: adapter ``good`` answers with the reference solution / gold answer,
+    every other adapter (and the base) with a wrong one. Checks that scores land on the right adapter."""
+
+    tokenizer = None
+
+    def __init__(self, items):
+        self.items = items
+
+    def generate(self, requests, sampling):
+        from eval.math_answers import gold_as_completion, perturb_answer
+        from eval.prompts import build_prompt
+        from populora.policy.base import Completion, GenerationResult
+
+        out = []
+        for r in requests:
+            it = next(i for i in self.items if build_prompt(i, "base") == r.prompt)
+            good = r.adapter is not None and r.adapter.endswith("__good")
+            if it.benchmark == "humaneval_plus":
+                text = "\n" + it.meta["canonical"] if good else "\n    return None\n"
+            else:
+                text = gold_as_completion(it.gold if good else perturb_answer(it.gold))
+            out.append(GenerationResult([], [Completion([], text, [], "stop")]))
+        return out
+
+
+@needs_data
+@pytest.mark.slow
+def test_scores_reach_the_right_adapter(tmp_path):
+    import dataclasses
+
+    from eval.benchmarks import load_items
+    from eval.pipeline import EvalSettings, evaluate_runs
+    from eval.runs import init_run
+    from eval.score_code import canonical_solutions
+
+    shapes = {"model.layers.0.self_attn.q_proj": (8, 8)}
+    init_run(tmp_path / "r", shapes, [("good", "student"), ("bad", "teacher")])
+    canon = canonical_solutions("humaneval_plus", data_dir=DATA)
+    he = [dataclasses.replace(i, meta={**i.meta, "canonical": canon[i.item_id][len(i.question):]})
+          for i in load_items("humaneval_plus", data_dir=DATA)[:2]]
+    items = he + load_items("gsm8k", data_dir=DATA)[:2]
+    s = EvalSettings(benchmarks=["humaneval_plus", "gsm8k"], limit=2, data_dir=str(DATA), cache_dir=str(tmp_path / "c"))
+    rows = evaluate_runs([tmp_path / "r"], s, workdir=tmp_path / "w", backend=AnswerKeyBackend(items), log=lambda m: None)
+    got = {(r["key"], r["column"]): r["value"] for r in rows}
+    assert got[("r__good", "HumanEval+")] == 1.0 and got[("r__good", "gsm8k")] == 1.0
+    assert got[("r__bad", "HumanEval+")] == 0.0 and got[("r__bad", "gsm8k")] == 0.0
+    assert got[("base", "HumanEval")] == 0.0
+
+
+@needs_data
+@pytest.mark.gpu
+def test_vllm_engine_serves_all_adapters(tmp_path):
+    """On a GPU with vLLM: the same evaluation through the vLLM multi-LoRA backend (not run on CPU)."""
+    pytest.importorskip("vllm")
+    from eval.pipeline import EvalSettings, make_engine
+    from eval.runs import init_run
+
+    probe = make_engine(EvalSettings(model="smollm2-135m", backend="hf"), [])
+    shapes = probe.module_shapes()
+    probe.close()
+    init_run(tmp_path / "pop", shapes, [("t0", "teacher"), ("s0", "student")], seed=3)
+    args = ["eval", "--runs", str(tmp_path / "pop"), "--benchmarks", "gsm8k,humaneval_plus", "--limit", "4",
+            "--model", "smollm2-135m", "--backend", "vllm", "--template", "chat", "--data-dir", str(DATA),
+            "--workdir", str(tmp_path / "work"), "--cache-dir", str(tmp_path / "cache"), *_budgets(64)]
+    assert main(args) == 0
+    rows = json.loads((tmp_path / "work" / "scores.json").read_text())["rows"]
+    assert {r["key"] for r in rows} == {"pop__t0", "pop__s0", "base"}
+
+
+@needs_data
+@pytest.mark.slow
+def test_skip_missing_evaluates_the_rest(tmp_path, capsys, runs):
+    rc = main(["eval", "--runs", str(runs / "pop"), "--benchmarks", "livecodebench,gsm8k", "--limit", "1", "--no-base",
+               "--skip-missing", "--data", f"livecodebench={tmp_path}", "--data-dir", str(DATA),
+               "--workdir", str(tmp_path / "w"), *_budgets(4)])
+    assert rc == 0
+    assert "skipping livecodebench" in capsys.readouterr().err
+    rows = json.loads((tmp_path / "w" / "scores.json").read_text())["rows"]
+    assert {r["column"] for r in rows} == {"gsm8k"}
