@@ -76,6 +76,9 @@ class TaskEnvConfig:
     code_f_shown: int = 5
     max_output_chars: int = 1000
     teacher_reward: str = "populora"  # populora (0 for rho in {0,1}) | azr (-0.5 for valid but unlearnable)
+    # False: completions without <answer> tags are read whole (fenced blocks still required). For
+    # small models that write code blocks but ignore the tags (SmolLM2-135M in the CPU demo).
+    require_answer_tag: bool = True
 
 
 @dataclass

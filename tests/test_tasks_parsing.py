@@ -126,3 +126,20 @@ def test_fuzz_arbitrary_text_never_raises(text):
         parse_student_answer(text, t)
         parse_student_answer(f"<answer>```output\n{text}\n```</answer>", t)
     parse_proposal(f"<answer>```python\n{text}\n```\n```input\n{text}\n```</answer>", CODE_I)
+
+
+def test_answer_tag_can_be_optional_for_small_models():
+    """SmolLM2-135M writes fenced blocks without <answer> tags; the lenient mode reads them."""
+    from populora.tasks.parsing import parse_proposal, parse_student_answer
+
+    text = "\n```python\ndef f(n):\n    return n * 2\n```\n```input\n21\n```"
+    assert parse_proposal(text, "code_o").reason == "format"  # strict by default
+    p = parse_proposal(text, "code_o", require_answer_tag=False)
+    assert p.reason is None and p.program == "def f(n):\n    return n * 2" and p.inputs == ("21",)
+    # reasoning before </think> is not read as the answer
+    s = "<think>maybe ```output\n1\n```</think>\n```output\n42\n```"
+    assert parse_student_answer(s, "code_o", require_answer_tag=False).answer == "42"
+    # an <answer> block still wins when present
+    s2 = "```output\n1\n```<answer>```output\n2\n```</answer>"
+    assert parse_student_answer(s2, "code_o", require_answer_tag=False).answer == "2"
+    assert parse_student_answer("no blocks at all", "code_i", require_answer_tag=False).format_ok is False

@@ -148,7 +148,7 @@ class SelfPlay:
 
         # 3. validate in the sandbox (parallel, two independent executions each)
         t = time.perf_counter()
-        proposals = [stages.parse_proposal(j, g, step) for j, g in zip(jobs, gens)]
+        proposals = [stages.parse_proposal(j, g, step, cfg.tasks.require_answer_tag) for j, g in zip(jobs, gens)]
         verdicts = stages.validate(proposals, self.sandbox, self.validation, metrics)
         timings["time/validate_s"] = time.perf_counter() - t
 
@@ -169,7 +169,7 @@ class SelfPlay:
 
         # 5. check answers (sandboxed where execution is needed); solve rate rho per task
         t = time.perf_counter()
-        attempts = stages.check(plan, s_gens, self.sandbox, metrics)
+        attempts = stages.check(plan, s_gens, self.sandbox, metrics, cfg.tasks.require_answer_tag)
         rho = stages.solve_rates(plan, attempts)
         timings["time/check_s"] = time.perf_counter() - t
 

@@ -67,12 +67,12 @@ def proposal_jobs(teachers, buffers, cfg: Config, n_proposals, rng) -> list[Prop
     return jobs
 
 
-def parse_proposal(job: ProposalJob, gen, step: int) -> Proposal:
+def parse_proposal(job: ProposalJob, gen, step: int, require_answer_tag: bool = True) -> Proposal:
     if gen is None or not gen.completions:
         return Proposal(type=job.task_type, program=job.program or "", teacher_id=job.member_id, step=step,
                         reason=GENERATION_ERROR)
     return parsing.parse_proposal(gen.completions[0].text, job.task_type, program=job.program,
-                                  teacher_id=job.member_id, step=step)
+                                  teacher_id=job.member_id, step=step, require_answer_tag=require_answer_tag)
 
 
 # -- 3. validate -------------------------------------------------------------------------------------
@@ -133,14 +133,15 @@ def student_question(task: Task) -> str:
 
 
 # -- 5. check ----------------------------------------------------------------------------------------
-def check(plan, gens, sandbox, metrics: dict) -> list[list[Attempt]]:
+def check(plan, gens, sandbox, metrics: dict, require_answer_tag: bool = True) -> list[list[Attempt]]:
     """Parse and check every rollout in one sandbox batch. Never raises on model text."""
     flat: list[tuple[int, Task, str, object]] = []
     for i, ((sid, task, _), gen) in enumerate(zip(plan, gens)):
         for c in (gen.completions if gen is not None else []):
             flat.append((i, task, sid, c))
     try:
-        judged = checking.check_many([(task, c.text) for _, task, _, c in flat], sandbox)
+        judged = checking.check_many([(task, c.text) for _, task, _, c in flat], sandbox,
+                                     checking.CheckConfig(require_answer_tag=require_answer_tag))
     except Exception as e:
         log.exception("checking failed for %d attempts", len(flat))
         metrics["errors/check"] = 1

@@ -31,6 +31,7 @@ class CheckConfig:
 
     fractional: bool = False  # code_f: score = fraction of hidden pairs matched
     require_fence: bool = False  # accept a bare <answer> payload when it holds no fenced block
+    require_answer_tag: bool = True  # False: read a completion without <answer> tags whole (small models)
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # entry name, AST check
 
 
@@ -68,7 +69,7 @@ def check_many(
     programs: list[Program] = []
     pending: list[tuple[int, str, int, int]] = []  # (item index, answer, first program, n programs)
     for i, (task, completion) in enumerate(items):
-        parsed = parse_student_answer(completion, task.type, cfg.require_fence)
+        parsed = parse_student_answer(completion, task.type, cfg.require_fence, cfg.require_answer_tag)
         if not parsed.format_ok:
             results[i] = Judgement(None, False, False, 0.0, FORMAT)
             continue

@@ -46,13 +46,23 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n(.*?)```", re.DOTALL)
 STUDENT_ANSWER_KIND = {CODE_O: "output", CODE_I: "input", CODE_F: "python"}
 
 
-def extract_answer(text: str) -> str | None:
-    """Text of the last ``<answer>`` block, or None when there is none or it is not closed."""
+THINK_CLOSE = "</think>"
+
+
+def extract_answer(text: str, require_answer_tag: bool = True) -> str | None:
+    """Text of the last ``<answer>`` block, or None when there is none or it is not closed.
+
+    With ``require_answer_tag=False`` (for small models that write fenced blocks but no tags, e.g.
+    SmolLM2-135M in the CPU demo) a completion without any ``<answer>`` tag is read whole, after
+    its last ``</think>`` if there is one; the fenced-block rules below still apply.
+    """
     if not isinstance(text, str):
         return None
     start = text.rfind(ANSWER_OPEN)
     if start < 0:
-        return None
+        if require_answer_tag:
+            return None
+        return text[text.rfind(THINK_CLOSE) + len(THINK_CLOSE):] if THINK_CLOSE in text else text
     start += len(ANSWER_OPEN)
     end = text.find(ANSWER_CLOSE, start)
     if end < 0:
@@ -76,9 +86,9 @@ def blocks_of_kind(answer: str, kind: str) -> list[str]:
     return [_clean(content, kind) for k, content in fenced_blocks(answer) if k == kind]
 
 
-def answer_field(text: str, kind: str, require_fence: bool = False) -> str | None:
+def answer_field(text: str, kind: str, require_fence: bool = False, require_answer_tag: bool = True) -> str | None:
     """The payload of kind ``kind`` in the completion ``text`` (see module rules), or None."""
-    answer = extract_answer(text)
+    answer = extract_answer(text, require_answer_tag)
     if answer is None:
         return None
     blocks = fenced_blocks(answer)
@@ -104,12 +114,14 @@ class StudentAnswer:
     reason: str | None = None
 
 
-def parse_student_answer(text: str, task_type: str, require_fence: bool = False) -> StudentAnswer:
+def parse_student_answer(
+    text: str, task_type: str, require_fence: bool = False, require_answer_tag: bool = True
+) -> StudentAnswer:
     """Extract and grammar-check a student's answer for a task of ``task_type``. Never raises."""
     kind = STUDENT_ANSWER_KIND.get(task_type)
     if kind is None:
         raise ValueError(f"unknown task type {task_type!r}")
-    payload = answer_field(text, kind, require_fence)
+    payload = answer_field(text, kind, require_fence, require_answer_tag)
     if payload is None or not _has_grammar(payload, task_type):
         return StudentAnswer(None, False, FORMAT)
     return StudentAnswer(payload, True, None)
@@ -136,6 +148,7 @@ def parse_proposal(
     teacher_id: str = "",
     step: int = 0,
     require_fence: bool = True,
+    require_answer_tag: bool = True,
 ) -> Proposal:
     """Parse a teacher completion into a ``Proposal``. Never raises on model text.
 
@@ -147,11 +160,11 @@ def parse_proposal(
     common = dict(
         type=task_type, teacher_id=teacher_id, step=step, completion=text if isinstance(text, str) else ""
     )
-    answer = extract_answer(text)
+    answer = extract_answer(text, require_answer_tag)
     if answer is None:
         return Proposal(program=program or "", reason=FORMAT, **common)
     if task_type in (CODE_O, CODE_I):
-        code = answer_field(text, "python", require_fence)
+        code = answer_field(text, "python", require_fence, require_answer_tag)
         inputs = blocks_of_kind(answer, "input")
         if code is None or not inputs or not inputs[-1]:
             return Proposal(program=code or "", reason=FORMAT, **common)

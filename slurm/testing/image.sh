@@ -19,8 +19,9 @@ repo="$(cd "$here/../.." && pwd)"
 image="${POPULORA_TEST_IMAGE:-/var/cache/populora/ci-image.sqfs}"
 # the Debian mirror this machine's apt already uses (first "URIs:" / "deb" line), unless given
 apt_mirror() {
-  { grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}'
-    grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}'; } | grep -v security | head -1
+  { grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'
+    grep -hsE '^deb ' /etc/apt/sources.list | awk '{print $2}'; } 2>/dev/null \
+    | grep -v security | head -1 || true
 }
 mirror="${DEBIAN_MIRROR:-$(apt_mirror)}"
 [ -n "$mirror" ] || { echo "image.sh: no Debian mirror found in the apt sources; set DEBIAN_MIRROR" >&2; exit 1; }
