@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procutil import descendants
 
 from populora.sandbox import STATUSES, Program, Sandbox, SandboxLimits
 from populora.sandbox.executor import UID_BASE, UID_SPAN
@@ -72,22 +73,6 @@ def sandbox_uid_processes(root: int | None = None) -> list[int]:
             continue
         if UID_BASE <= uid < UID_BASE + UID_SPAN:
             found.append(pid)
-    return found
-
-
-def descendants(pid: int) -> set[int]:
-    parent_of = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    parent_of[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, ppid in parent_of.items() if ppid in frontier} - found
-        found |= frontier
     return found
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from procutil import descendants
 
 from populora.commands import tasks as tasks_cmd
 
@@ -138,22 +139,6 @@ def expects_ok(program: str) -> bool:
         if line.startswith("# expect: "):
             return any(alt.strip().split(" ")[0] == "ok" for alt in line[len("# expect: ") :].split("|"))
     return False
-
-
-def descendants(pid: int) -> set[int]:
-    parent_of = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    parent_of[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, ppid in parent_of.items() if ppid in frontier} - found
-        found |= frontier
-    return found
 
 
 def pwned_files() -> list[str]:

@@ -124,3 +124,19 @@ def test_answer_formats_shown_in_prompts_parse():
     assert parse_proposal(ok, CODE_O).reason is None
     assert parse_student_answer("<answer>\n```output\n[1, 'a']\n```\n</answer>", CODE_O).format_ok
     assert parse_student_answer("<answer>\n```input\n'a', [1, 2]\n```\n</answer>", CODE_I).format_ok
+
+
+def test_answer_prefills_never_end_in_whitespace_and_parse_back():
+    from populora.tasks.parsing import parse_proposal, parse_student_answer
+    from populora.tasks.prompts import STUDENT_PREFILL, TEACHER_PREFILL, check_prompt_ending, format_r1
+
+    for prefill in (*TEACHER_PREFILL.values(), *STUDENT_PREFILL.values()):
+        check_prompt_ending(format_r1("question") + prefill)
+    # the model continues the opened block; prefill + completion parses in lenient mode
+    text = TEACHER_PREFILL["code_o"] + "x):\n    return x * 3\n```\n```input\n7\n```"
+    p = parse_proposal(text, "code_o", require_answer_tag=False)
+    assert p.reason is None and p.program == "def f(x):\n    return x * 3" and p.inputs == ("7",)
+    s = parse_student_answer(STUDENT_PREFILL["code_o"] + "\n21\n```", "code_o", require_answer_tag=False)
+    assert s.format_ok and s.answer == "21"
+    # strict mode still requires a closed <answer> block
+    assert parse_student_answer(STUDENT_PREFILL["code_o"] + "\n21\n```", "code_o").format_ok is False

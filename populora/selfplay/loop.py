@@ -139,7 +139,8 @@ class SelfPlay:
         t = time.perf_counter()
         jobs = stages.proposal_jobs(teachers, self.buffers, cfg, lambda m: budget_for(cfg, m.role).proposals,
                                     step_rng(seed, step, RNG_PROPOSE))
-        gens = self._generate([GenerationRequest(self._format(j.question), self.members[j.member_id].adapter)
+        gens = self._generate([GenerationRequest(self._format(j.question) + self._prefill("teacher", j.task_type),
+                                                 self.members[j.member_id].adapter)
                                for j in jobs], cfg.selfplay.teacher_sampling, 1,
                               step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
         timings["time/generate_s"] = time.perf_counter() - t
@@ -148,7 +149,8 @@ class SelfPlay:
 
         # 3. validate in the sandbox (parallel, two independent executions each)
         t = time.perf_counter()
-        proposals = [stages.parse_proposal(j, g, step, cfg.tasks.require_answer_tag) for j, g in zip(jobs, gens)]
+        proposals = [stages.parse_proposal(j, g, step, cfg.tasks.require_answer_tag,
+                                           self._prefill("teacher", j.task_type)) for j, g in zip(jobs, gens)]
         verdicts = stages.validate(proposals, self.sandbox, self.validation, metrics)
         timings["time/validate_s"] = time.perf_counter() - t
 
@@ -159,7 +161,8 @@ class SelfPlay:
         plan = stages.solve_plan(pairs, jobs, verdicts, self.buffers, cfg,
                                  {m.id: budget_for(cfg, m.role).attempts for m in students},
                                  step_rng(seed, step, RNG_SOLVE))
-        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(task)),
+        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(task))
+                                                   + self._prefill("student", task.type),
                                                    self.members[sid].adapter) for sid, task, _ in plan],
                                 cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
                                 step_seed(seed, step, RNG_GEN_S), metrics, "student")
@@ -169,7 +172,8 @@ class SelfPlay:
 
         # 5. check answers (sandboxed where execution is needed); solve rate rho per task
         t = time.perf_counter()
-        attempts = stages.check(plan, s_gens, self.sandbox, metrics, cfg.tasks.require_answer_tag)
+        attempts = stages.check(plan, s_gens, self.sandbox, metrics, cfg.tasks.require_answer_tag,
+                                lambda task: self._prefill("student", task.type))
         rho = stages.solve_rates(plan, attempts)
         timings["time/check_s"] = time.perf_counter() - t
 
@@ -236,6 +240,14 @@ class SelfPlay:
         if self.cfg.model.prompt_style == "r1":
             return format_r1(question)
         return format_chat(question, self.backend.tokenizer)
+
+    def _prefill(self, role: str, task_type: str) -> str:
+        """The opened answer block appended to prompts when ``tasks.answer_prefill`` is on."""
+        from populora.tasks.prompts import STUDENT_PREFILL, TEACHER_PREFILL
+
+        if not self.cfg.tasks.answer_prefill:
+            return ""
+        return (TEACHER_PREFILL if role == "teacher" else STUDENT_PREFILL)[task_type]
 
     def _generate(self, requests, sc, n: int, seed: int, metrics: dict, role: str):
         """One mixed-adapter generate call; a failure is recorded and yields no completions."""

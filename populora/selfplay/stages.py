@@ -67,11 +67,12 @@ def proposal_jobs(teachers, buffers, cfg: Config, n_proposals, rng) -> list[Prop
     return jobs
 
 
-def parse_proposal(job: ProposalJob, gen, step: int, require_answer_tag: bool = True) -> Proposal:
+def parse_proposal(job: ProposalJob, gen, step: int, require_answer_tag: bool = True, prefill: str = "") -> Proposal:
+    """Parse a teacher completion; ``prefill`` is the part of the answer written into the prompt."""
     if gen is None or not gen.completions:
         return Proposal(type=job.task_type, program=job.program or "", teacher_id=job.member_id, step=step,
                         reason=GENERATION_ERROR)
-    return parsing.parse_proposal(gen.completions[0].text, job.task_type, program=job.program,
+    return parsing.parse_proposal(prefill + gen.completions[0].text, job.task_type, program=job.program,
                                   teacher_id=job.member_id, step=step, require_answer_tag=require_answer_tag)
 
 
@@ -133,14 +134,18 @@ def student_question(task: Task) -> str:
 
 
 # -- 5. check ----------------------------------------------------------------------------------------
-def check(plan, gens, sandbox, metrics: dict, require_answer_tag: bool = True) -> list[list[Attempt]]:
-    """Parse and check every rollout in one sandbox batch. Never raises on model text."""
+def check(plan, gens, sandbox, metrics: dict, require_answer_tag: bool = True,
+          prefill=lambda task: "") -> list[list[Attempt]]:
+    """Parse and check every rollout in one sandbox batch. Never raises on model text.
+
+    ``prefill(task)`` is the part of the answer that was written into the student's prompt.
+    """
     flat: list[tuple[int, Task, str, object]] = []
     for i, ((sid, task, _), gen) in enumerate(zip(plan, gens)):
         for c in (gen.completions if gen is not None else []):
             flat.append((i, task, sid, c))
     try:
-        judged = checking.check_many([(task, c.text) for _, task, _, c in flat], sandbox,
+        judged = checking.check_many([(task, prefill(task) + c.text) for _, task, _, c in flat], sandbox,
                                      checking.CheckConfig(require_answer_tag=require_answer_tag))
     except Exception as e:
         log.exception("checking failed for %d attempts", len(flat))

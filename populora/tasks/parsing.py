@@ -66,7 +66,7 @@ def extract_answer(text: str, require_answer_tag: bool = True) -> str | None:
     start += len(ANSWER_OPEN)
     end = text.find(ANSWER_CLOSE, start)
     if end < 0:
-        return None
+        return None if require_answer_tag else text[start:]
     return text[start:end]
 
 

@@ -239,3 +239,18 @@ def format_chat(question: str, tokenizer) -> str:
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question.strip()}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return check_prompt_ending(text + THINK_OPEN)
+
+
+# Answer prefills for small models (``tasks.answer_prefill``): appended after the wrapper's
+# ``<think>``, they skip the reasoning and open the answer block, so that the model only has to
+# continue the code or value. None of them ends in whitespace (see ``check_prompt_ending``).
+TEACHER_PREFILL = {
+    CODE_O: "</think>\n<answer>\n```python\ndef f(",
+    CODE_I: "</think>\n<answer>\n```python\ndef f(",
+    CODE_F: "</think>\n<answer>\n```input",
+}
+STUDENT_PREFILL = {
+    CODE_O: "</think>\n<answer>\n```output",
+    CODE_I: "</think>\n<answer>\n```input",
+    CODE_F: "</think>\n<answer>\n```python\ndef f(",
+}
