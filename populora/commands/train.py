@@ -91,6 +91,10 @@ def print_summary(rd: Path) -> None:
     state = summary["status"] if summary else "running or interrupted (no summary.json yet)"
     con.print(f"[bold]run[/bold] {rd}  status: {state}  steps logged: {len(rows)}")
     if rows:
+        props = sum(r.get("teacher/proposals") or 0 for r in rows)
+        valid = sum(r.get("teacher/valid_tasks") or 0 for r in rows)
+        con.print(f"over the run: {props} proposals, {valid} valid tasks ({valid / max(1, props):.0%}), "
+                  f"{len(rows)} steps")
         last = rows[-1]
         t = Table(title=f"step {last['step']}: tasks")
         for col in ("task type", "teacher valid rate", "teacher reward", "student solve rate", "student format rate"):
