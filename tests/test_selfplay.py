@@ -117,7 +117,7 @@ def test_corrupt_checkpoint_falls_back_to_previous(straight_run: Path, tmp_path:
     shutil.copytree(straight_run, rd)
     ckpts = list_checkpoints(rd / "checkpoints")
     assert len(ckpts) == 2  # keep_checkpoints=2
-    (newest_step, newest), (prev_step, _) = ckpts[-1], ckpts[-2]
+    (_, newest), (prev_step, _) = ckpts[-1], ckpts[-2]
     blob = next((newest / "adapters").iterdir()) / "adapter_model.safetensors"
     data = bytearray(blob.read_bytes())
     data[-10] ^= 0xFF

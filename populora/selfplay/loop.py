@@ -119,9 +119,8 @@ class SelfPlay:
         usage = {mid: Usage() for mid in self.members}
         metrics: dict = {}
 
-        self.on_stage("matchmaking")
-
         # 1. matchmaking (PFSP over TrueSkill); the baseline agent plays against itself
+        self.on_stage("matchmaking")
         t = time.perf_counter()
         teachers = [m for m in self.members.values() if m.role in ("teacher", "agent")]
         students = [m for m in self.members.values() if m.role in ("student", "agent")]
@@ -133,9 +132,8 @@ class SelfPlay:
                                           cfg.matchmaking, cfg.ratings, step_rng(seed, step, RNG_MATCH)))
         timings["time/matchmaking_s"] = time.perf_counter() - t
 
-        self.on_stage("propose")
-
         # 2. propose: every teacher's proposals in ONE mixed-adapter generate call
+        self.on_stage("propose")
         t = time.perf_counter()
         jobs = stages.proposal_jobs(teachers, self.buffers, cfg, lambda m: budget_for(cfg, m.role).proposals,
                                     step_rng(seed, step, RNG_PROPOSE))
@@ -145,18 +143,16 @@ class SelfPlay:
                               step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
         timings["time/generate_s"] = time.perf_counter() - t
 
-        self.on_stage("validate")
-
         # 3. validate in the sandbox (parallel, two independent executions each)
+        self.on_stage("validate")
         t = time.perf_counter()
         proposals = [stages.parse_proposal(j, g, step, cfg.tasks.require_answer_tag,
                                            self._prefill("teacher", j.task_type)) for j, g in zip(jobs, gens)]
         verdicts = stages.validate(proposals, self.sandbox, self.validation, metrics)
         timings["time/validate_s"] = time.perf_counter() - t
 
-        self.on_stage("solve")
-
         # 4. solve: matched students attempt fresh valid tasks (+ buffer top-up), ONE generate call
+        self.on_stage("solve")
         t = time.perf_counter()
         plan = stages.solve_plan(pairs, jobs, verdicts, self.buffers, cfg,
                                  {m.id: budget_for(cfg, m.role).attempts for m in students},
@@ -168,9 +164,8 @@ class SelfPlay:
                                 step_seed(seed, step, RNG_GEN_S), metrics, "student")
         timings["time/solve_s"] = time.perf_counter() - t
 
-        self.on_stage("check")
-
         # 5. check answers (sandboxed where execution is needed); solve rate rho per task
+        self.on_stage("check")
         t = time.perf_counter()
         attempts = stages.check(plan, s_gens, self.sandbox, metrics, cfg.tasks.require_answer_tag,
                                 lambda task: self._prefill("student", task.type))
@@ -180,9 +175,8 @@ class SelfPlay:
         # 6. rewards: teachers from validity and rho; students' rewards are on their attempts
         t_rewards = stages.teacher_rewards(jobs, verdicts, rho, pairs, cfg)
 
-        self.on_stage("ratings")
-
         # 7. ratings: one TrueSkill game per (teacher, student) pair
+        self.on_stage("ratings")
         if not self.baseline:
             games, outcomes = stages.match_results(pairs, jobs, verdicts, rho, cfg)
             new = ratings.update({m.id: m.rating for m in self.members.values()}, games, outcomes, cfg.ratings)
@@ -190,9 +184,8 @@ class SelfPlay:
                 self.members[mid].rating = r
             metrics.update({f"match/{tid}/{sid}": stages.OUTCOME_SCORE[o] for (tid, sid), o in zip(games, outcomes)})
 
-        self.on_stage("train")
-
         # 8. train: one policy update per member on exactly its budget of sequences
+        self.on_stage("train")
         t = time.perf_counter()
         batches = stages.training_batches(self.members, jobs, gens, t_rewards, plan, s_gens, attempts, cfg, usage,
                                           step_rng(seed, step, RNG_SELECT))
@@ -202,17 +195,18 @@ class SelfPlay:
             metrics.update({f"train/{mid}/{k}": v for k, v in stats.items()})
         timings["time/train_s"] = time.perf_counter() - t
 
-        self.on_stage("evolve")
+        # rates of this step's members, before evolution replaces any of them
+        metrics.update(stages.step_metrics(self.members, jobs, verdicts, plan, attempts, rho, t_rewards))
 
         # 9. every k steps: PBT replacement of the weakest per role by evolved children
+        self.on_stage("evolve")
         t = time.perf_counter()
         if not self.baseline and cfg.evolution.due(step):
             metrics["evolution/replaced"] = self._evolve(step)
         timings["time/evolve_s"] = time.perf_counter() - t
 
-        self.on_stage("buffers")
-
         # 10. valid tasks join the buffers (deduplicated, capacity-bounded) and the run's task log
+        self.on_stage("buffers")
         valid_tasks = [v.task for v in verdicts if v.valid and v.task is not None]
         metrics["buffer/added"] = sum(self.buffers.add(task) for task in valid_tasks)
         stages.append_tasks(self.run_dir / "tasks.jsonl", valid_tasks)
@@ -220,7 +214,6 @@ class SelfPlay:
                                           else "teacher"))
         metrics.update({f"buffer/{tt}/size": len(self.buffers[tt]) for tt in cfg.tasks.types})
 
-        metrics.update(stages.step_metrics(self.members, jobs, verdicts, plan, attempts, rho, t_rewards))
         for mid, u in usage.items():
             metrics.update(u.as_metrics(mid))
         if not self.baseline:
