@@ -61,7 +61,7 @@ def test_arms_start_from_identical_conditions(tiny_run, tmp_path):
 
     cfg = config_from_yaml_text((tiny_run / "config.yaml").read_text())
     ckpt = load_latest(tiny_run / "checkpoints")
-    sp = SelfPlay(cfg, tmp_path, progress=False)
+    sp = SelfPlay(cfg, tmp_path)
     adapter = next(d["adapter"] for d in ckpt.state["members"] if d["id"] == "s0")
     try:
         first = run_arm(sp, ckpt, "s0", 1)

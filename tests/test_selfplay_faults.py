@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture()
 def sp(tmp_path):
-    s = SelfPlay(load_config(TINY, ["selfplay.steps=3"]), tmp_path, progress=False)
+    s = SelfPlay(load_config(TINY, ["selfplay.steps=3"]), tmp_path)
     yield s
     s.close()
 

@@ -33,7 +33,7 @@ def _time_run(config: str, overrides: list[str], steps: int) -> dict[str, float]
     cfg = load_config(config, overrides + [f"selfplay.steps={steps + 1}", "evolution.interval=1",
                                            "evolution.min_age=0"])
     with tempfile.TemporaryDirectory() as tmp:
-        sp = SelfPlay(cfg, tmp, progress=False)
+        sp = SelfPlay(cfg, tmp)
         totals = {s: 0.0 for s in STAGES}
         totals["step"] = 0.0
         try:

@@ -116,10 +116,10 @@ def print_summary(rd: Path) -> None:
         times = {k[5:-2]: v for k, v in last.items() if k.startswith("time/") and v is not None}
         con.print("time of the last step (s): " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
     events = [json.loads(x) for x in (rd / "lineage.jsonl").read_text().splitlines()] if (rd / "lineage.jsonl").exists() else []
-    replaced = [e for e in events if e.get("event") in ("replace", "replacement")]
+    replaced = [e for e in events if e.get("event") == "replacement"]
     con.print(f"evolution events: {len(replaced)}")
     for e in replaced[-6:]:
-        child = e.get("member") or e.get("child") or {}
+        child = e["member"]
         con.print(f"  step {e.get('step')}: {e.get('replaced')} -> {child.get('id')} by {child.get('operator')} "
                   f"from {child.get('parents')}")
     ckpts = list_checkpoints(rd / "checkpoints")

@@ -129,7 +129,7 @@ def retention(run_dir: str | os.PathLike, operators: list[str], steps: int, *, r
     arms: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="retention-") as scratch:  # the loop's examples/lineage files
-        sp = SelfPlay(cfg, scratch, progress=False)
+        sp = SelfPlay(cfg, scratch)
         try:
             log(f"retention: {role} {parent.id} from step {ckpt.step}, {steps} steps, arm {PARENT}")
             arms[PARENT] = {"kind": "reference", **run_arm(sp, ckpt, parent.id, steps)}

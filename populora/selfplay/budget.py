@@ -17,8 +17,7 @@ Tokens are logged per adapter, not matched: they depend on what each adapter wri
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from populora.config import Config, baseline_split
 
@@ -62,7 +61,6 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     optimizer_steps: int = 0
-    extra: Counter = field(default_factory=Counter)
 
     def as_metrics(self, member_id: str) -> dict[str, float]:
         keys = ("sequences", "proposals", "attempts", "rollouts", "prompt_tokens", "completion_tokens", "optimizer_steps")

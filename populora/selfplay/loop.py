@@ -71,8 +71,8 @@ def step_rng(seed: int, step: int, purpose: int) -> random.Random:
 class SelfPlay:
     """State of a self-play run and its ``step``. Side effects: the backend and the sandbox."""
 
-    def __init__(self, cfg: Config, run_dir: str | Path, progress: bool = True):
-        self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+    def __init__(self, cfg: Config, run_dir: str | Path):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.validation = ValidationConfig(
             max_output_chars=cfg.tasks.max_output_chars,
@@ -355,7 +355,7 @@ def backend_config(cfg: Config) -> BackendConfig:
         train_micro_batch=rl.micro_batch_size, cpu_threads=m.cpu_threads,
         lora=LoraSpec(rank=lo.rank, alpha=lo.alpha, target_modules=tuple(lo.target_modules), init=lo.init,
                       b_std=lo.b_std, seed=cfg.seed),
-        optim=OptimConfig(**{k: v for k, v in rl.adamw_kwargs().items()}),
+        optim=OptimConfig(**rl.adamw_kwargs()),
         vllm_gpu_memory_utilization=m.gpu_memory_utilization,
     )
 

@@ -113,7 +113,7 @@ def train(
 
     stop = StopFlag()
     old_handlers = stop.install() if handle_signals else {}
-    sp = SelfPlay(cfg, rd, progress=progress)
+    sp = SelfPlay(cfg, rd)
     status = "finished"
     try:
         if ckpt:
