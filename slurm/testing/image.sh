@@ -11,7 +11,8 @@
 #
 # Usage: slurm/testing/image.sh [BIND_DIR ...]
 #   image path: $POPULORA_TEST_IMAGE (default /var/cache/populora/ci-image.sqfs)
-#   default bind dirs: the repository root and /tmp. Does nothing when the image exists.
+#   default bind dirs: the repository root and /tmp. Does nothing when the image exists and
+#   already has those mount points.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -23,8 +24,6 @@ apt_mirror() {
     grep -hsE '^deb ' /etc/apt/sources.list | awk '{print $2}'; } 2>/dev/null \
     | grep -v security | head -1 || true
 }
-mirror="${DEBIAN_MIRROR:-$(apt_mirror)}"
-[ -n "$mirror" ] || { echo "image.sh: no Debian mirror found in the apt sources; set DEBIAN_MIRROR" >&2; exit 1; }
 t0=$SECONDS
 log() { echo "[slurm-testing image] $*"; }
 [ $# -gt 0 ] || set -- "$repo" /tmp
@@ -39,11 +38,25 @@ if [ ${#need[@]} -gt 0 ]; then
   log "installed ${need[*]}: $((SECONDS-t0))s"
 fi
 
-if [ -s "$image" ]; then log "image exists: $image"; exit 0; fi
+# An existing image is reused when it already has every mount point; otherwise it is unpacked
+# and repacked with the missing ones (a checkout at another path needs another mount point).
+missing=()
+if [ -s "$image" ]; then
+  listing="$(unsquashfs -l -d /ROOT "$image")"
+  for d in "$@"; do grep -qxF "/ROOT$d" <<<"$listing" || missing+=("$d"); done
+  if [ ${#missing[@]} -eq 0 ]; then log "image exists with mount points for $*: $image"; exit 0; fi
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-debootstrap --variant=minbase --include=python3 bookworm "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
-  || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+if [ -s "$image" ]; then
+  log "image lacks mount points ${missing[*]}: repacking $image"
+  unsquashfs -q -no-progress -d "$work/rootfs" "$image" >/dev/null
+else
+  mirror="${DEBIAN_MIRROR:-$(apt_mirror)}"
+  [ -n "$mirror" ] || { echo "image.sh: no Debian mirror found in the apt sources; set DEBIAN_MIRROR" >&2; exit 1; }
+  debootstrap --variant=minbase --include=python3 bookworm "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
+    || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
+fi
 for d in "$@"; do mkdir -p "$work/rootfs/$d"; done
 rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb
 install -d "$(dirname "$image")"
