@@ -60,6 +60,6 @@ fi
 for d in "$@"; do mkdir -p "$work/rootfs/$d"; done
 rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb
 install -d "$(dirname "$image")"
-mksquashfs "$work/rootfs" "$image.part" -noappend -comp gzip -quiet
+mksquashfs "$work/rootfs" "$image.part" -noappend -comp gzip -quiet -no-progress
 mv "$image.part" "$image"
 log "built $image ($(du -h "$image" | cut -f1)) in $((SECONDS-t0))s"
