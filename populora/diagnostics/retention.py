@@ -156,7 +156,8 @@ def retention(run_dir: str | os.PathLike, operators: list[str], steps: int, *, r
 
 def reward_at(run_dir: Path, step: int, member_id: str) -> float | None:
     """The member's mean reward logged by the run itself at ``step`` (the level to recover)."""
-    from populora.diagnostics.runs import finite, read_jsonl
+    from populora.diagnostics.runs import finite
+    from populora.jsonl import read_jsonl
 
     for row in read_jsonl(run_dir / "metrics.jsonl"):
         if row.get("step") == step and finite(v := row.get(f"member/{member_id}/reward_mean")):

@@ -28,29 +28,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from populora.jsonl import read_jsonl
+
 SEED_TEACHER = "seed"
 TASKS_FILE = "tasks.jsonl"
 
 
 class RunDirError(ValueError):
     """A run directory is missing or a file in it cannot be read (the message names the file)."""
-
-
-def read_jsonl(path: Path, *, strict: bool = False) -> list[dict]:
-    """Rows of a JSON-lines file ([] if absent). A torn last line is skipped; ``strict`` raises on others."""
-    if not path.exists():
-        return []
-    rows = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if strict or i < len(lines):
-                raise RunDirError(f"{path}:{i}: invalid JSON ({e})") from e
-    return rows
 
 
 @dataclass

@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from populora.jsonl import read_jsonl, truncate_jsonl
+
 TIME_PREFIX = "time/"
 
 
@@ -66,37 +68,9 @@ class MetricsLog:
             self._tb.close()
 
 
-def truncate_jsonl(path: Path, keep) -> None:
-    """Rewrite a JSONL file keeping the rows for which ``keep(row)`` is true (atomically).
-
-    A torn last line (a crash mid-write) is dropped as well.
-    """
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if keep(row):
-            kept.append(line)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(x + "\n" for x in kept))
-    os.replace(tmp, path)
-
-
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    """The rows of ``RUN_DIR/metrics.jsonl``, one per step ([] before the first step)."""
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
 
 
 def without_timings(row: dict) -> dict:

@@ -29,7 +29,8 @@ from tqdm import tqdm
 
 from populora.checkpoint import load_latest, save_checkpoint
 from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
-from populora.selfplay.metrics import MetricsLog, truncate_jsonl
+from populora.jsonl import truncate_jsonl
+from populora.selfplay.metrics import MetricsLog
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
 RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard")
