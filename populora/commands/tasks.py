@@ -60,7 +60,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-output-chars", type=int, default=1000, help="largest accepted output repr")
 
 
-def read_jsonl(path: str) -> list[tuple[int, dict[str, Any] | str]]:
+def read_input_lines(path: str) -> list[tuple[int, dict[str, Any] | str]]:
     """(line number, object) per non-blank line; the object is an error text when the line is malformed."""
     rows: list[tuple[int, dict[str, Any] | str]] = []
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -119,24 +119,38 @@ def _write(results: list[dict[str, Any]], out: str | None) -> None:
             fh.close()
 
 
+def _read_items(args: argparse.Namespace, command: str, parse, failed: dict[str, Any]):
+    """Parse ``args.file`` line by line: (result rows of bad lines by line number, [(line, item)]).
+
+    A bad line gets ``failed`` plus its reason and never stops the others; None (after a message)
+    when the file itself cannot be read.
+    """
+    try:
+        rows = read_input_lines(args.file)
+    except OSError as exc:
+        print(f"populora tasks {command}: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return None
+    results: dict[int, dict[str, Any]] = {}
+    todo: list[tuple[int, Any]] = []
+    for n, obj in rows:
+        if isinstance(obj, str):
+            results[n] = {"line": n, **failed, "reason": obj}
+            continue
+        try:
+            todo.append((n, parse(obj)))
+        except (ValueError, TypeError) as exc:
+            results[n] = {"line": n, **failed, "reason": f"bad_line: {exc}"}
+    return results, todo
+
+
 def run_validate(args: argparse.Namespace) -> int:
     from populora.tasks.validation import ValidationConfig, validate_many
 
-    try:
-        rows = read_jsonl(args.file)
-    except OSError as exc:
-        print(f"populora tasks validate: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+    parsed = _read_items(args, "validate", lambda obj: proposal_from_json(obj, args.type),
+                         {"valid": False, "seconds": 0.0})
+    if parsed is None:
         return 2
-    results: dict[int, dict[str, Any]] = {}
-    todo: list[tuple[int, Proposal]] = []
-    for n, obj in rows:
-        if isinstance(obj, str):
-            results[n] = {"line": n, "valid": False, "reason": obj, "seconds": 0.0}
-            continue
-        try:
-            todo.append((n, proposal_from_json(obj, args.type)))
-        except ValueError as exc:
-            results[n] = {"line": n, "valid": False, "reason": f"bad_line: {exc}", "seconds": 0.0}
+    results, todo = parsed
     cfg = ValidationConfig(max_output_chars=args.max_output_chars)
     start = time.monotonic()
     with _open_sandbox(args) as sandbox:
@@ -211,28 +225,14 @@ def completion_from_json(obj: dict[str, Any], task: Task) -> str:
 def run_check(args: argparse.Namespace) -> int:
     from populora.tasks.checking import CheckConfig, check_many
 
-    try:
-        rows = read_jsonl(args.file)
-    except OSError as exc:
-        print(f"populora tasks check: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+    def parse(obj: dict[str, Any]) -> tuple[Task, str]:
+        task = task_from_json(obj)
+        return task, completion_from_json(obj, task)
+
+    parsed = _read_items(args, "check", parse, {"format_ok": False, "correct": False, "score": 0.0})
+    if parsed is None:
         return 2
-    results: dict[int, dict[str, Any]] = {}
-    todo: list[tuple[int, tuple[Task, str]]] = []
-    for n, obj in rows:
-        if isinstance(obj, str):
-            results[n] = {"line": n, "format_ok": False, "correct": False, "score": 0.0, "reason": obj}
-            continue
-        try:
-            task = task_from_json(obj)
-            todo.append((n, (task, completion_from_json(obj, task))))
-        except (ValueError, TypeError) as exc:
-            results[n] = {
-                "line": n,
-                "format_ok": False,
-                "correct": False,
-                "score": 0.0,
-                "reason": f"bad_line: {exc}",
-            }
+    results, todo = parsed
     with _open_sandbox(args) as sandbox:
         judgements = check_many([item for _, item in todo], sandbox, CheckConfig(fractional=args.fractional))
     for (n, _), j in zip(todo, judgements):
