@@ -8,7 +8,7 @@ its responses and policy entropy shrink (self-calibration, collapse).
 Names read (``populora.selfplay.metrics``): ``member/<id>/mu``, ``member/<id>/sigma``,
 ``member/<id>/reward_mean``, ``student/<type>/solve_rate``, ``teacher/<type>/valid_rate``,
 ``adapter/<id>/completion_tokens``, ``adapter/<id>/sequences``, ``train/<id>/entropy/mean``
-(only logged when the loss computes the entropy, i.e. ``rl.entropy_coef > 0``).
+(logged at every update whatever ``rl.entropy_coef`` is).
 """
 
 from __future__ import annotations

@@ -167,26 +167,21 @@ def rating_spread(runs: Sequence) -> Figure:
 def entropy_length(runs: Sequence) -> Figure:
     """Response length (completion tokens per sequence) and policy entropy, per role and run."""
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.6))
-    any_entropy = False
+    panels = ((a1, ar.response_length, "response length (completion tokens / sequence)"),
+              (a2, ar.entropy, "policy entropy at sampled positions (nats / token)"))
     for i, run in enumerate(runs):
         by_role = ar.ids_by_role(run.roles, run.metrics)
-        for role, (s, m, _) in ar.role_stats(run.metrics, ar.response_length, by_role).items():
-            a1.plot(s, m, color=_run_color(i), ls="-" if role != "student" else ":", marker=".",
-                    label=f"{run.name} {role}s")
-        for role, (s, m, _) in ar.role_stats(run.metrics, ar.entropy, by_role).items():
-            a2.plot(s, m, color=_run_color(i), ls="-" if role != "student" else ":", marker=".",
-                    label=f"{run.name} {role}s")
-            any_entropy = True
-    a1.set_title("response length (completion tokens / sequence)", fontsize=10)
-    a2.set_title("policy entropy at sampled positions (nats / token)", fontsize=10)
-    for ax in (a1, a2):
+        for ax, metric, _ in panels:
+            for role, (s, m, _) in ar.role_stats(run.metrics, metric, by_role).items():
+                ax.plot(s, m, color=_run_color(i), ls="-" if role != "student" else ":", marker=".",
+                        label=f"{run.name} {role}s")
+    for ax, _, title in panels:
+        ax.set_title(title, fontsize=10)
         _step_axis(ax)
-    if a1.get_legend_handles_labels()[0]:
-        a1.legend(fontsize=7)
-    if any_entropy:
-        a2.legend(fontsize=7)
-    else:
-        _note(a2, "entropy not logged\n(logged when rl.entropy_coef > 0)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:
+            _note(ax, "not logged in these runs")
     fig.tight_layout()
     return fig
 
