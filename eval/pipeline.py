@@ -18,7 +18,7 @@ from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, REPO_ROOT, Item, data_fingerprint, load_items
 from eval.generate import ShardError, generate_shard, load_merged, make_plan, merge, write_or_check_plan
-from eval.runs import EvalAdapter, read_run
+from eval.runs import EvalAdapter, check_base_model, read_run
 
 # Leaderboard columns: (benchmark, metric) -> column name
 METRICS = {
@@ -53,6 +53,7 @@ class EvalSettings:
     evalplus_max_memory_gb: float | None = None  # None: EvalPlus's default (4 GiB per test process)
     cache_dir: str | None = None
     include_base: bool = True
+    check_base: bool = True  # refuse adapters recorded as trained on another base model than ``model``
 
     def budgets(self) -> dict[str, int]:
         return {b: int(self.max_new_tokens.get(b, BENCHMARKS[b].max_new_tokens)) for b in self.benchmarks}
@@ -200,6 +201,8 @@ def evaluate_runs(run_dirs: Sequence[str | Path], s: EvalSettings, *, workdir: P
                   stage: str = "all", backend=None, log: Callable[[str], None] = print) -> list[dict]:
     """``stage``: ``generate`` (this shard only), ``merge``, ``score`` (merge + score) or ``all``."""
     adapters = collect_adapters(run_dirs, only, s.include_base)
+    if s.check_base:
+        check_base_model(adapters, s.model)
     items = load_benchmarks(s)
     if stage in ("generate", "all"):
         generate_stage(s, adapters, items, workdir, backend, log)

@@ -74,6 +74,34 @@ def read_run(run_dir: str | Path) -> list[EvalAdapter]:
     return out
 
 
+def recorded_base_model(adapter: EvalAdapter) -> str | None:
+    """The base model an adapter was trained on, as its ``adapter_config.json`` records it (or None)."""
+    if adapter.adapter_dir is None:
+        return None
+    path = adapter.adapter_dir / "adapter_config.json"
+    try:
+        name = json.loads(path.read_text()).get("base_model_name_or_path")
+    except (OSError, json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{path}: cannot read the adapter config ({e})") from e
+    return name if isinstance(name, str) and name else None
+
+
+def check_base_model(adapters: list[EvalAdapter], model: str) -> None:
+    """ValueError naming the first adapter whose recorded base model is not ``model``.
+
+    A LoRA adapter applied to another base model than the one it was trained on loads without
+    complaint when the shapes agree (e.g. an instruct and a base checkpoint), and silently scores
+    nonsense. Adapters that record no base model are accepted.
+    """
+    for a in adapters:
+        rec = recorded_base_model(a)
+        if rec is not None and rec != model:
+            raise ValueError(
+                f"{a.adapter_dir / 'adapter_config.json'}: adapter {a.run}/{a.member_id} was trained on base model "
+                f"{rec!r}, but --model is {model!r}; pass --model {rec} (or --skip-base-check when both name "
+                "the same weights)")
+
+
 def write_run(run_dir: str | Path, members: list[dict]) -> Path:
     """Write ``members.json`` (used by tests and tools that assemble a run by hand)."""
     run_dir = Path(run_dir)
@@ -84,16 +112,16 @@ def write_run(run_dir: str | Path, members: list[dict]) -> Path:
 
 
 def init_run(run_dir: str | Path, module_shapes: dict, members: list[tuple[str, str]], *, rank: int = 8,
-             alpha: float = 16.0, seed: int = 0, b_std: float = 0.02) -> list[EvalAdapter]:
+             alpha: float = 16.0, seed: int = 0, b_std: float = 0.02, base_model: str | None = None) -> list[EvalAdapter]:
     """A run of freshly initialised adapters (random B, so members differ): ``members`` is
-    ``[(id, role), ...]``. For benchmarks and tests until trained runs exist."""
+    ``[(id, role), ...]``; ``base_model`` is recorded in each adapter config. For benchmarks and tests."""
     from populora.policy.adapters import AdapterWeights
 
     run_dir = Path(run_dir)
     listed = []
     for n, (mid, role) in enumerate(members):
         w = AdapterWeights.init(module_shapes, rank, alpha, b_init="random", b_std=b_std, seed=seed * 1000 + n)
-        w.save_peft(run_dir / "adapters" / mid)
+        w.save_peft(run_dir / "adapters" / mid, base_model_name_or_path=base_model)
         listed.append({"id": mid, "role": role, "adapter_dir": f"adapters/{mid}"})
     write_run(run_dir, listed)
     return read_run(run_dir)

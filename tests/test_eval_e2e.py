@@ -169,3 +169,22 @@ def test_skip_missing_evaluates_the_rest(tmp_path, capsys, runs):
     assert "skipping livecodebench" in capsys.readouterr().err
     rows = json.loads((tmp_path / "w" / "scores.json").read_text())["rows"]
     assert {r["column"] for r in rows} == {"gsm8k"}
+
+
+@needs_data
+def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
+    from eval.pipeline import EvalSettings, make_engine
+    from eval.runs import init_run
+
+    probe = make_engine(EvalSettings(model="tiny"), [])
+    shapes = probe.module_shapes()
+    probe.close()
+    init_run(tmp_path / "r", shapes, [("s0", "student")], base_model="smollm2-135m")
+    args = ["eval", "--runs", str(tmp_path / "r"), "--benchmarks", "gsm8k", "--limit", "1", "--no-base",
+            "--data-dir", str(DATA), "--workdir", str(tmp_path / "w"), "--max-new-tokens=gsm8k=2"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "adapters/s0/adapter_config.json" in err and "'smollm2-135m'" in err and "--model is 'tiny'" in err
+    assert not (tmp_path / "w").exists()  # refused before anything was generated
+    assert main([*args, "--skip-base-check"]) == 0
+    assert json.loads((tmp_path / "w" / "scores.json").read_text())["rows"]

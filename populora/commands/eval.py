@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-base", action="store_true", help="do not evaluate the bare base model")
     p.add_argument("--limit", type=int, help="only the first N items of every benchmark")
     p.add_argument("--model", default="tiny", help="base model: tiny, smollm2-135m, a path or HF id")
+    p.add_argument("--skip-base-check", action="store_true",
+                   help="evaluate even when an adapter records another base model than --model")
     p.add_argument("--backend", default="hf", choices=("hf", "vllm"))
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
@@ -77,7 +79,7 @@ def run_eval(args: argparse.Namespace) -> int:
             limit=args.limit, slice_size=args.slice_size, shard=parse_shard(args.shard), data_dir=args.data_dir,
             data_paths=dict(args.data), lcb_release=args.lcb_release, lcb_start=args.lcb_start or None,
             lcb_end=args.lcb_end or None, cache_dir=args.cache_dir, include_base=not args.no_base,
-            evalplus_max_memory_gb=args.evalplus_max_memory_gb,
+            evalplus_max_memory_gb=args.evalplus_max_memory_gb, check_base=not args.skip_base_check,
         )
         if args.skip_missing:
             kept = []
