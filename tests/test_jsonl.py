@@ -29,3 +29,12 @@ def test_truncate_keeps_selected_rows_and_drops_a_torn_line(tmp_path):
     assert not (tmp_path / "examples.jsonl.tmp").exists()
     truncate_jsonl(tmp_path / "absent.jsonl", lambda row: True)  # nothing to do, no file made
     assert not (tmp_path / "absent.jsonl").exists()
+
+
+def test_status_names_a_damaged_metrics_file(tmp_path, capsys):
+    from populora.cli import main
+
+    (tmp_path / "config.yaml").write_text("name: x\n")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, oops\n{"step": 3}\n')
+    assert main(["status", str(tmp_path)]) == 2
+    assert "metrics.jsonl:2: invalid JSON" in capsys.readouterr().err

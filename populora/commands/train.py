@@ -52,7 +52,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not (rd / "config.yaml").exists():
         print(f"populora status: {rd} is not a run directory (no config.yaml)", file=sys.stderr)
         return 2
-    print_summary(rd)
+    try:
+        print_summary(rd)
+    except ValueError as e:  # a damaged metrics.jsonl or summary.json: name the file, keep the run
+        print(f"populora status: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -87,7 +91,12 @@ def print_summary(rd: Path) -> None:
 
     con = Console()
     rows = read_metrics(rd)
-    summary = json.loads((rd / "summary.json").read_text()) if (rd / "summary.json").exists() else None
+    summary = None
+    if (rd / "summary.json").exists():
+        try:
+            summary = json.loads((rd / "summary.json").read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{rd / 'summary.json'}: invalid JSON ({e})") from e
     state = summary["status"] if summary else "running or interrupted (no summary.json yet)"
     con.print(f"[bold]run[/bold] {rd}  status: {state}  steps logged: {len(rows)}")
     if rows:
