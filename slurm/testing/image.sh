@@ -15,8 +15,8 @@
 #   already has those mount points.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../.." && pwd)"
+here="$(cd "$(dirname "$0")" && pwd -P)"
+repo="$(cd "$here/../.." && pwd -P)"  # physical, as the tests resolve it
 image="${POPULORA_TEST_IMAGE:-/var/cache/populora/ci-image.sqfs}"
 # the Debian mirror this machine's apt already uses (first "URIs:" / "deb" line), unless given
 apt_mirror() {
