@@ -16,8 +16,11 @@ class JsonlError(ValueError):
     """A JSON-lines file has a malformed line that is not a torn last line (the message names it)."""
 
 
-def read_jsonl(path: str | os.PathLike, *, strict: bool = False) -> list[dict]:
-    """Rows of a JSON-lines file ([] if absent). A torn last line is skipped; ``strict`` raises on it too."""
+def read_jsonl(path: str | os.PathLike, *, strict: bool = False, what: str = "JSON") -> list[dict]:
+    """Rows of a JSON-lines file ([] if absent). A torn last line is skipped; ``strict`` raises on it too.
+
+    ``what`` names a row in the error message (``<path>:<line>: invalid <what> (...)``).
+    """
     path = Path(path)
     if not path.exists():
         return []
@@ -30,7 +33,7 @@ def read_jsonl(path: str | os.PathLike, *, strict: bool = False) -> list[dict]:
             rows.append(json.loads(line))
         except json.JSONDecodeError as e:
             if strict or i < len(lines):
-                raise JsonlError(f"{path}:{i}: invalid JSON ({e})") from e
+                raise JsonlError(f"{path}:{i}: invalid {what} ({e})") from e
     return rows
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from populora.jsonl import read_jsonl
 from populora.population.ratings import Rating
 
 TEACHER = "teacher"
@@ -122,17 +123,8 @@ class LineageLog:
             os.fsync(f.fileno())
 
     def read(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        out = []
-        for i, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{self.path}:{i}: invalid lineage record ({e})") from e
-        return out
+        """Every record; any malformed line (even the last) is an error naming file and line."""
+        return read_jsonl(self.path, strict=True, what="lineage record")
 
 
 def family_edges(records: Iterable[dict[str, Any]]) -> list[tuple[str, str, str]]:
