@@ -16,6 +16,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 here="$(cd "$(dirname "$0")" && pwd -P)"
+. "$here/lib.sh"
 repo="$(cd "$here/../.." && pwd -P)"  # physical, as the tests resolve it
 image="${POPULORA_TEST_IMAGE:-/var/cache/populora/ci-image.sqfs}"
 # the Debian mirror this machine's apt already uses (first "URIs:" / "deb" line), unless given
@@ -28,15 +29,8 @@ t0=$SECONDS
 log() { echo "[slurm-testing image] $*"; }
 [ $# -gt 0 ] || set -- "$repo" /tmp
 
-need=()
-for p in charliecloud-runtime squashfs-tools squashfuse debootstrap; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  log "installed ${need[*]}: $((SECONDS-t0))s"
-fi
+installed="$(apt_install_missing charliecloud-runtime squashfs-tools squashfuse debootstrap)"
+[ -z "$installed" ] || log "installed $installed: $((SECONDS-t0))s"
 
 # An existing image is reused when it already has every mount point; otherwise it is unpacked
 # and repacked with the missing ones (a checkout at another path needs another mount point).

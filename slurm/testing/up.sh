@@ -11,6 +11,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 here="$(cd "$(dirname "$0")" && pwd)"
+. "$here/lib.sh"
 t0=$SECONDS
 log() { echo "[slurm-testing] $*"; }
 
@@ -32,16 +33,8 @@ if command -v sinfo >/dev/null && alive /run/slurmctld.pid && alive /run/slurmd.
 fi
 
 # --- packages (only the missing ones) ---
-pkgs=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  log "installed ${missing[*]}: $((SECONDS-t0))s"
-fi
+installed="$(apt_install_missing slurmctld slurmd slurm-client slurmdbd munge mariadb-server)"
+[ -z "$installed" ] || log "installed $installed: $((SECONDS-t0))s"
 
 # --- munge ---
 [ -s /etc/munge/munge.key ] || mungekey --create --keyfile=/etc/munge/munge.key
