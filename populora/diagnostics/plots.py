@@ -39,6 +39,16 @@ def _note(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="0.4", wrap=True)
 
 
+def _finish(ax, title: str, empty: str) -> None:
+    """Title and step axis; a legend when something was drawn with a label, else the note ``empty``."""
+    ax.set_title(title, fontsize=10)
+    _step_axis(ax)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    else:
+        _note(ax, empty)
+
+
 def _panels(n: int, ncols: int | None = None, w: float = 4.2, h: float = 3.0):
     ncols = ncols or n
     nrows = (n + ncols - 1) // ncols
@@ -147,19 +157,12 @@ def ratings(runs: Sequence) -> Figure:
 def rating_spread(runs: Sequence) -> Figure:
     """Per role, the std of mu over live members: differentiation of the population."""
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    drawn = False
     for i, run in enumerate(runs):
         stats = ar.rating_stats(run.metrics, ar.ids_by_role(run.roles, run.metrics))
         for role, (s, _, sd) in stats.items():
             ax.plot(s, sd, color=_run_color(i), ls="-" if role == "teacher" else ":", marker=".",
                     label=f"{run.name} {role}s")
-            drawn = True
-    ax.set_title("spread of TrueSkill mu within a role (std)", fontsize=10)
-    _step_axis(ax)
-    if drawn:
-        ax.legend(fontsize=7)
-    else:
-        _note(ax, "no ratings in these runs")
+    _finish(ax, "spread of TrueSkill mu within a role (std)", "no ratings in these runs")
     fig.tight_layout()
     return fig
 
@@ -176,12 +179,7 @@ def entropy_length(runs: Sequence) -> Figure:
                 ax.plot(s, m, color=_run_color(i), ls="-" if role != "student" else ":", marker=".",
                         label=f"{run.name} {role}s")
     for ax, _, title in panels:
-        ax.set_title(title, fontsize=10)
-        _step_axis(ax)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-        else:
-            _note(ax, "not logged in these runs")
+        _finish(ax, title, "not logged in these runs")
     fig.tight_layout()
     return fig
 
