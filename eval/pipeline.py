@@ -86,10 +86,10 @@ def collect_adapters(run_dirs: Sequence[str | Path], only: Sequence[str] | None 
 
 def make_engine(s: EvalSettings, adapters: Sequence[EvalAdapter]):
     """One backend with every adapter loaded (PEFT directories) next to the base."""
-    from populora.policy import BackendConfig, make_backend
+    from populora.policy import PolicyConfig, make_backend
     from populora.policy.adapters import AdapterWeights
 
-    cfg = BackendConfig(kind=s.backend, model=s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size)
+    cfg = PolicyConfig(engine=s.backend, model=s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size)
     backend = make_backend(cfg)
     for a in adapters:
         if a.adapter_dir is not None:

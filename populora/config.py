@@ -19,43 +19,19 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from populora.policy.config import VLLM_LORA_RANKS, PolicyConfig
 from populora.population.evolution import EvolutionConfig
 from populora.population.matchmaking import MatchmakingConfig
 from populora.population.ratings import RatingConfig
+from populora.renamed_keys import migrate_mapping, migrate_overrides
 from populora.rl.config import RLConfig
 
 TASK_TYPES = ("code_o", "code_i", "code_f")
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+__all__ = ["Config", "ConfigError", "VLLM_LORA_RANKS", "load_config"]
 
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the file and/or key."""
-
-
-@dataclass
-class ModelConfig:
-    name: str = "tiny"  # tiny | smollm2-135m | a Hugging Face id or local path
-    backend: str = "hf"  # hf | vllm
-    device: str = "cpu"  # cpu | cuda | cuda:N
-    dtype: str = "float32"  # float32 | bfloat16 | float16
-    prompt_style: str = "chat"  # chat (tokenizer chat template) | r1 (AZR's plain R1 wrapper)
-    max_batch_size: int = 64  # sequences per forward pass (generation and training micro-batches)
-    gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the rest is for HF training
-    # torch intra-op threads on CPU. 1 by default: with several threads, OpenMP spin-waiting makes
-    # generation 20x slower as soon as anything else (the sandbox, another job) uses the cores
-    # (measured: 2 s with 1 thread vs 40-58 s with 2 on a loaded 2-core machine). 0 = torch's default.
-    cpu_threads: int = 1
-
-
-@dataclass
-class LoraConfig:
-    rank: int = 8
-    alpha: float = 16.0
-    target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
-    init: str = "random"  # random (seeded small B: members differ at step 0) | zeros (peft default)
-    b_std: float = 1e-3
 
 
 @dataclass
@@ -75,6 +51,8 @@ class TaskEnvConfig:
     code_f_inputs: int = 10
     code_f_shown: int = 5
     max_output_chars: int = 1000
+    # chat: the tokenizer's chat template | r1: AZR's plain R1 wrapper (<think> ... <answer> ...)
+    prompt_style: str = "chat"
     teacher_reward: str = "populora"  # populora (0 for rho in {0,1}) | azr (-0.5 for valid but unlearnable)
     # False: completions without <answer> tags are read whole (fenced blocks still required). For
     # small models that write code blocks but ignore the tags (SmolLM2-135M in the CPU demo).
@@ -125,8 +103,7 @@ class RunConfig:
 class Config:
     name: str = "run"
     seed: int = 0
-    model: ModelConfig = field(default_factory=ModelConfig)
-    lora: LoraConfig = field(default_factory=LoraConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
     tasks: TaskEnvConfig = field(default_factory=TaskEnvConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
@@ -148,13 +125,13 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
             where = str(path)
             if not Path(path).is_file():
                 raise ConfigError(f"{path}: config file not found")
-            layers.append(OmegaConf.load(path))
+            layers.append(_load_preset(path))
         if overrides:
             where = "command-line overrides"
             bad = [o for o in overrides if "=" not in o]
             if bad:
                 raise ConfigError(f"override {bad[0]!r} is not of the form key=value")
-            layers.append(OmegaConf.from_dotlist(list(overrides)))
+            layers.append(OmegaConf.from_dotlist(migrate_overrides(list(overrides))))
         merged = OmegaConf.merge(*layers)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except ConfigError:
@@ -169,13 +146,24 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     return cfg
 
 
+def _load_preset(path: str | os.PathLike) -> DictConfig:
+    """A preset file with moved keys renamed (``populora.renamed_keys``)."""
+    node = OmegaConf.load(path)
+    if not isinstance(node, DictConfig):
+        return node
+    return OmegaConf.create(migrate_mapping(OmegaConf.to_container(node), str(path)))
+
+
 def to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
 def config_from_yaml_text(text: str) -> Config:
     """Rebuild a Config from the resolved YAML saved in a run directory."""
-    merged = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.create(text))
+    saved = OmegaConf.create(text)
+    if isinstance(saved, DictConfig):  # run directories written before keys moved
+        saved = OmegaConf.create(migrate_mapping(OmegaConf.to_container(saved), "saved run config"))
+    merged = OmegaConf.merge(OmegaConf.structured(Config), saved)
     cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     validate(cfg)
     return cfg
@@ -188,20 +176,8 @@ def _need(cond: bool, key: str, msg: str) -> None:
 
 def validate(cfg: Config) -> None:
     """Cross-field checks that the types alone cannot express. Raises ConfigError naming the key."""
-    m, p, t, s = cfg.model, cfg.population, cfg.tasks, cfg.selfplay
-    _need(m.backend in ("hf", "vllm"), "model.backend", f"must be 'hf' or 'vllm', got {m.backend!r}")
-    _need(m.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {m.dtype!r}")
-    _need(m.prompt_style in ("chat", "r1"), "model.prompt_style", f"must be 'chat' or 'r1', got {m.prompt_style!r}")
-    _need(m.max_batch_size >= 1, "model.max_batch_size", "must be >= 1")
-    _need(cfg.lora.rank >= 1, "lora.rank", f"must be >= 1, got {cfg.lora.rank}")
-    _need(cfg.lora.init in ("random", "zeros"), "lora.init", f"must be 'random' or 'zeros', got {cfg.lora.init!r}")
-    _need(len(cfg.lora.target_modules) > 0, "lora.target_modules", "must name at least one module")
-    if m.backend == "vllm":
-        _need(
-            cfg.lora.rank in VLLM_LORA_RANKS,
-            "lora.rank",
-            f"vLLM serves LoRA ranks {VLLM_LORA_RANKS}, got {cfg.lora.rank}",
-        )
+    p, t, s = cfg.population, cfg.tasks, cfg.selfplay
+    _need(t.prompt_style in ("chat", "r1"), "tasks.prompt_style", f"must be 'chat' or 'r1', got {t.prompt_style!r}")
     _need(p.teachers >= 1, "population.teachers", f"must be >= 1, got {p.teachers}")
     _need(p.students >= 1, "population.students", f"must be >= 1, got {p.students}")
     if p.baseline:

@@ -25,7 +25,7 @@ def test_every_preset_loads_and_says_what_it_is():
 def test_paper_presets_use_rank_32_all_linear_vllm():
     for name in ("baseline-7b", "1t1s-7b", "4t4s-7b", "8t8s-7b"):
         cfg = load_config(CONFIGS / f"{name}.yaml")
-        assert cfg.model.backend == "vllm" and cfg.lora.rank == 32 and len(cfg.lora.target_modules) == 7
+        assert cfg.policy.engine == "vllm" and cfg.policy.lora.rank == 32 and len(cfg.policy.lora.target_modules) == 7
         assert cfg.selfplay.steps == 200 and 1e-5 <= cfg.rl.lr <= 1e-4
     assert load_config(CONFIGS / "8t8s-7b.yaml").population.teachers == 8
     assert load_config(CONFIGS / "baseline-7b.yaml").population.baseline
@@ -35,8 +35,11 @@ def test_paper_presets_use_rank_32_all_linear_vllm():
     "override, key",
     [
         ("population.teachers=0", "population.teachers"),
-        ("lora.rank=0", "lora.rank"),
-        ("model.backend=tpu", "model.backend"),
+        ("policy.lora.rank=0", "policy.lora.rank"),
+        ("policy.engine=tpu", "policy.engine"),
+        ("policy.vllm.gpu_memory_utilization=0", "policy.vllm.gpu_memory_utilization"),
+        ("policy.train_micro_batch=0", "policy.train_micro_batch"),
+        ("tasks.prompt_style=xml", "tasks.prompt_style"),
         ("tasks.references=600", "tasks.references"),
         ("selfplay.sequences_per_adapter=7", "selfplay.sequences_per_adapter"),
         ("selfplay.student_sampling.temperature=0", "selfplay.student_sampling.temperature"),
@@ -56,7 +59,7 @@ def test_bad_values_name_the_key(override, key):
 
 def test_vllm_rank_must_be_servable():
     with pytest.raises(ConfigError, match="lora.rank"):
-        load_config(CONFIGS / "tiny.yaml", ["model.backend=vllm", "lora.rank=12"])
+        load_config(CONFIGS / "tiny.yaml", ["policy.engine=vllm", "policy.lora.rank=12"])
 
 
 def test_missing_file_and_malformed_override():
@@ -70,3 +73,70 @@ def test_baseline_split_is_compute_matched():
     cfg = load_config(CONFIGS / "tiny.yaml", ["population.baseline=true", "population.teachers=1", "population.students=1"])
     props, atts = baseline_split(cfg)
     assert props + atts == cfg.selfplay.sequences_per_adapter
+
+
+# -- keys that moved: old presets keep their meaning, with a one-line deprecation warning ------------
+OLD_STYLE = """
+name: old
+model: {name: smollm2-135m, backend: hf, device: cpu, dtype: float32, prompt_style: r1, max_batch_size: 12,
+        cpu_threads: 2, gpu_memory_utilization: 0.3}
+lora: {rank: 8, alpha: 16, init: zeros}
+rl: {lr: 1.0e-4, micro_batch_size: 3}
+"""
+
+
+def test_old_keys_keep_their_meaning_with_a_warning(tmp_path):
+    path = tmp_path / "old.yaml"
+    path.write_text(OLD_STYLE)
+    with pytest.warns(FutureWarning) as record:
+        cfg = load_config(path, ["lora.b_std=0.01", "model.max_batch_size=5"])
+    p = cfg.policy
+    assert (p.model, p.engine, p.device, p.dtype, p.cpu_threads) == ("smollm2-135m", "hf", "cpu", "float32", 2)
+    assert p.vllm.gpu_memory_utilization == 0.3 and cfg.tasks.prompt_style == "r1"
+    assert (p.lora.rank, p.lora.alpha, p.lora.init, p.lora.b_std) == (8, 16, "zeros", 0.01)
+    assert p.train_micro_batch == 3 and p.max_batch_size == 5 and cfg.rl.lr == 1e-4
+    messages = [str(w.message) for w in record]
+    assert any("'model.name'" in m and "'policy.model'" in m for m in messages)
+    assert any("'rl.micro_batch_size'" in m and "'policy.train_micro_batch'" in m for m in messages)
+    assert any("command-line" in m and "'lora.b_std'" in m for m in messages)
+    assert all("\n" not in m for m in messages)
+
+
+def test_former_policy_keys_are_renamed(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("policy: {kind: hf, vllm_max_loras: 3, vllm_sleep_between_phases: true, optim: {lr: 2.0e-4}}\n")
+    with pytest.warns(FutureWarning, match="policy.vllm_max_loras"):
+        cfg = load_config(path)
+    assert cfg.policy.engine == "hf" and cfg.policy.vllm.max_loras == 3 and cfg.policy.vllm.sleep_between_phases
+    assert cfg.rl.lr == 2e-4
+
+
+def test_old_and_new_spelling_of_one_key_is_an_error(tmp_path):
+    path = tmp_path / "both.yaml"
+    path.write_text("model: {name: tiny}\npolicy: {model: smollm2-135m}\n")
+    with pytest.raises(ConfigError, match="'model.name'.*'policy.model'"), pytest.warns(FutureWarning):
+        load_config(path)
+
+
+def test_every_policy_key_the_docs_mention_loads():
+    """docs/backends.md lists the policy keys in a table; each must be accepted by the loader, and
+    every other `policy.*` key the docs mention must be a documented old spelling."""
+    import re
+
+    from populora.renamed_keys import new_key
+
+    doc = (CONFIGS.parent / "docs" / "backends.md").read_text()
+    keys = sorted(set(re.findall(r"^\| `(policy\.[a-z_.]+)`", doc, re.M)))
+    for other in set(re.findall(r"`(policy\.[a-z_.]+[a-z])`", doc)) - set(keys):
+        assert new_key(other), f"docs/backends.md mentions {other}, which is neither in the key table nor renamed"
+    assert len(keys) >= 15, keys
+    from populora.policy.config import LoraSpec, PolicyConfig, VLLMConfig
+
+    sections = {"policy": PolicyConfig(), "policy.lora": LoraSpec(), "policy.vllm": VLLMConfig()}
+    for key in keys:
+        parent, _, leaf = key.rpartition(".")
+        assert parent in sections and hasattr(sections[parent], leaf), f"docs/backends.md mentions unknown {key}"
+        value = getattr(sections[parent], leaf)
+        if isinstance(value, list | dict) or key in ("policy.lora", "policy.vllm"):
+            continue
+        load_config(CONFIGS / "tiny.yaml", [f"{key}={value if value != '' else repr('')}"])

@@ -289,7 +289,7 @@ def test_cuda_bf16_backend_generates_and_trains_in_isolation():
 def test_gradient_checkpointing_gives_the_same_gradients(backend):
     from populora.policy.hf import HFBackend
 
-    ckpt = HFBackend(backend.config.__class__(**{**backend.config.__dict__, "gradient_checkpointing": True}))
+    ckpt = HFBackend(backend.config.replace(gradient_checkpointing=True))
     w = backend.get_weights("m0")
     ckpt.add_adapter("m0", w)
     prompts, comps = [backend.encode(PROMPTS[1])], [backend.encode(" return x + 1")]
@@ -305,11 +305,11 @@ def test_gradient_checkpointing_gives_the_same_gradients(backend):
 
 def test_removing_every_adapter_then_adding_new_ones_works():
     """peft keeps a stale active-adapter name after all adapters are deleted; the backend re-points it."""
-    from populora.policy import BackendConfig, LoraSpec, make_backend
+    from populora.policy import LoraSpec, PolicyConfig, make_backend
     from populora.policy.adapters import AdapterWeights as AW
     from populora.policy.base import GenerationRequest, SamplingParams
 
-    b = make_backend(BackendConfig(model="tiny", cpu_threads=1, lora=LoraSpec(rank=4, alpha=8)))
+    b = make_backend(PolicyConfig(model="tiny", cpu_threads=1, lora=LoraSpec(rank=4, alpha=8)))
     shapes = b.module_shapes()
     for n in ("a", "s1"):
         b.add_adapter(n, AW.init(shapes, 4, 8, b_init="random", seed=1))

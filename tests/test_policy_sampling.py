@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from populora.policy import BackendConfig, LoraSpec, PolicyConfigError
+from populora.policy import LoraSpec, PolicyConfig, PolicyConfigError
 from populora.policy.sampling import find_stop, row_seed, sample_step, top_p_filter
 
 
@@ -61,22 +61,32 @@ def test_row_seed_depends_on_all_parts():
     assert len(seeds) == 4 and row_seed(1, 0, 0) == row_seed(1, 0, 0)
 
 
-def test_backend_config_from_mapping_and_errors():
-    cfg = BackendConfig.from_mapping({"model": "smollm2-135m", "lora": {"rank": 8, "alpha": 16}, "optim": {"lr": 1e-4}})
-    assert cfg.lora == LoraSpec(rank=8, alpha=16) and cfg.optim.lr == 1e-4
+def test_policy_config_from_mapping_and_errors():
+    cfg = PolicyConfig.from_mapping({"model": "smollm2-135m", "lora": {"rank": 8, "alpha": 16},
+                                     "vllm": {"max_loras": 4}})
+    assert cfg.lora == LoraSpec(rank=8, alpha=16) and cfg.vllm.max_loras == 4
     with pytest.raises(PolicyConfigError, match="unknown key.*'modle'"):
-        BackendConfig.from_mapping({"modle": "tiny"})
+        PolicyConfig.from_mapping({"modle": "tiny"})
     with pytest.raises(PolicyConfigError, match=r"policy.lora: unknown key.*'rnk'"):
-        BackendConfig.from_mapping({"lora": {"rnk": 8}})
-    with pytest.raises(PolicyConfigError, match="policy.kind"):
-        BackendConfig(kind="sglang")
-    with pytest.raises(PolicyConfigError, match="lora.init"):
+        PolicyConfig.from_mapping({"lora": {"rnk": 8}})
+    with pytest.raises(PolicyConfigError, match=r"policy.vllm: unknown key.*'max_lora'"):
+        PolicyConfig.from_mapping({"vllm": {"max_lora": 8}})
+    with pytest.raises(PolicyConfigError, match="policy.engine"):
+        PolicyConfig(engine="sglang")
+    with pytest.raises(PolicyConfigError, match="policy.lora.init"):
         LoraSpec(init="gaussian")
+    with pytest.raises(PolicyConfigError, match=r"policy.vllm.gpu_memory_utilization .*1.5"):
+        PolicyConfig.from_mapping({"vllm": {"gpu_memory_utilization": 1.5}})
+    with pytest.raises(PolicyConfigError, match="policy.lora.rank"):
+        PolicyConfig(engine="vllm", lora=LoraSpec(rank=12))
 
 
-def test_backend_config_accepts_omegaconf():
+def test_policy_config_accepts_omegaconf_and_replace_revalidates():
     from omegaconf import OmegaConf
 
-    node = OmegaConf.create({"kind": "hf", "lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"]}})
-    cfg = BackendConfig.from_mapping(node)
-    assert cfg.lora.target_modules == ("q_proj", "v_proj")
+    node = OmegaConf.create({"engine": "hf", "lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"]}})
+    cfg = PolicyConfig.from_mapping(node)
+    assert cfg.lora.target_modules == ["q_proj", "v_proj"]
+    assert cfg.replace(max_batch_size=3).max_batch_size == 3 and cfg.max_batch_size == 64
+    with pytest.raises(PolicyConfigError, match="policy.train_micro_batch"):
+        cfg.replace(train_micro_batch=0)

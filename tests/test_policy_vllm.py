@@ -92,14 +92,12 @@ def test_vllm_logprobs_match_trainer_logprobs(tmp_path):
 
     be = make_backend(
         {
-            "kind": "vllm",
+            "engine": "vllm",
             "model": "smollm2-135m",
             "device": "cuda",
             "lora": {"rank": 8, "alpha": 16, "b_std": 0.02},
-            "vllm_gpu_memory_utilization": 0.3,
-            "vllm_max_model_len": 1024,
-            "vllm_max_loras": 2,
-            "vllm_adapter_dir": str(tmp_path),
+            "vllm": {"gpu_memory_utilization": 0.3, "max_model_len": 1024, "max_loras": 2,
+                     "adapter_dir": str(tmp_path)},
         }
     )
     be.add_adapter("a", be.new_adapter_weights(seed=1))
@@ -197,8 +195,8 @@ def test_vllm_backend_publishes_new_versions_and_routes_per_prompt(monkeypatch, 
 
     calls = _install_recording_vllm(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    cfg = tiny_trainer.config.__class__(**{**tiny_trainer.config.__dict__, "kind": "vllm",
-                                           "vllm_adapter_dir": str(tmp_path)})
+    cfg = tiny_trainer.config.replace(engine="vllm", lora={"rank": 8, "alpha": 8, "b_std": 0.05},
+                                      vllm={"adapter_dir": str(tmp_path)})
     be = VLLMBackend(cfg, trainer=tiny_trainer)
     be.add_adapter("t0", be.new_adapter_weights(seed=0))
     be.add_adapter("s0", be.new_adapter_weights(seed=1))
@@ -206,7 +204,8 @@ def test_vllm_backend_publishes_new_versions_and_routes_per_prompt(monkeypatch, 
     res = be.generate([Req("def f(x):", "t0"), Req("x = 1", None), Req("y", "s0")], s)
 
     engine = calls["engines"][0]
-    assert engine["enable_lora"] and engine["max_loras"] == 2 and engine["max_lora_rank"] == 4
+    # the engine is sized by the config (rank 8); the rank-4 adapters of the trainer fit under it
+    assert engine["enable_lora"] and engine["max_loras"] == 2 and engine["max_lora_rank"] == 8
     assert engine["logprobs_mode"] == "raw_logprobs"
     prompts, params, loras = calls["generate"][0]
     assert prompts[0]["prompt_token_ids"] == be.encode("def f(x):") == res[0].prompt_token_ids

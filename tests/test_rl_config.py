@@ -40,8 +40,6 @@ def test_defaults():
         ("betas", (0.9,)),
         ("betas", (0.9, 1.0)),
         ("betas", "0.9,0.99"),
-        ("micro_batch_size", 0),
-        ("micro_batch_size", 2.0),
     ],
 )
 def test_invalid_values_name_key_and_value(key, value):

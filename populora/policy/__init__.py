@@ -1,7 +1,7 @@
 """One frozen base model + many LoRA adapters: weights, backends, embedded models.
 
-``make_backend(cfg)`` builds the backend named by ``cfg.kind`` (``hf`` or ``vllm``) from a
-``BackendConfig`` or a mapping with the same keys (the ``policy:`` section of a preset).
+``make_backend(cfg)`` builds the backend named by ``cfg.engine`` (``hf`` or ``vllm``) from a
+``PolicyConfig`` (the ``policy:`` section of a run config) or a mapping with the same keys.
 Backends are imported lazily: importing ``populora.policy`` loads neither transformers nor vLLM.
 """
 
@@ -10,23 +10,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from populora.policy.config import BackendConfig, LoraSpec, OptimConfig, PolicyConfigError
+from populora.policy.config import LoraSpec, PolicyConfig, PolicyConfigError, VLLMConfig
 
-__all__ = ["BackendConfig", "LoraSpec", "OptimConfig", "PolicyConfigError", "make_backend"]
+__all__ = ["LoraSpec", "PolicyConfig", "PolicyConfigError", "VLLMConfig", "make_backend"]
 
 
-def make_backend(cfg: BackendConfig | Mapping[str, Any] | None = None, **overrides: Any):
+def make_backend(cfg: PolicyConfig | Mapping[str, Any] | None = None, *, adamw: Mapping[str, Any] | None = None,
+                 **overrides: Any):
     """The policy backend for ``cfg`` (``hf``: ``HFBackend``; ``vllm``: ``VLLMBackend``).
 
-    ``overrides`` replace top-level keys, e.g. ``make_backend(cfg, model="smollm2-135m")``.
+    ``adamw``: keyword arguments of each adapter's ``torch.optim.AdamW`` (a run passes
+    ``cfg.rl.adamw_kwargs()``; default: ``RLConfig``'s defaults). ``overrides`` replace top-level
+    keys, e.g. ``make_backend(cfg, model="smollm2-135m")``.
     """
-    config = BackendConfig.from_mapping(cfg if cfg is not None else {})
+    config = PolicyConfig.from_mapping(cfg if cfg is not None else {})
     if overrides:
-        config = BackendConfig.from_mapping({**config.__dict__, **overrides})
-    if config.kind == "hf":
+        config = config.replace(**overrides)
+    if config.engine == "hf":
         from populora.policy.hf import HFBackend
 
-        return HFBackend(config)
+        return HFBackend(config, adamw=adamw)
     from populora.policy.vllm_backend import VLLMBackend
 
-    return VLLMBackend(config)
+    return VLLMBackend(config, adamw=adamw)

@@ -1,23 +1,44 @@
-"""Configuration records of the policy layer: LoRA shape/init, optimizer, backend choice.
+"""The policy layer's configuration: ONE type, ``PolicyConfig``, which is the ``policy:`` section of a
+run config, the argument of ``make_backend`` and what ``populora eval`` builds its engine from.
 
-``BackendConfig.from_mapping`` accepts a plain dict or an omegaconf node (the ``policy:`` section
-of an experiment preset) and names the offending key on any error.
+Plain dataclasses usable directly (``PolicyConfig(model="tiny")``) or as omegaconf structured configs
+(``populora.config.Config`` embeds ``PolicyConfig``); ``__post_init__`` validates every field and names
+the key (``policy.<field>``) and the value in ``PolicyConfigError``. ``PolicyConfig.from_mapping``
+accepts a plain dict or an omegaconf node and names unknown keys.
+
+Optimizer settings are not here: they are RL hyper-parameters (``rl.lr``, ``rl.betas``, ...,
+``populora.rl.config.RLConfig``); a backend receives them as ``torch.optim.AdamW`` keyword arguments.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from populora.policy.adapters import ALL_LINEAR
 
+ENGINES = ("hf", "vllm")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+# LoRA ranks vLLM's punica kernels serve (vllm/config: `possible_max_ranks`); checked when engine=vllm.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
 
 class PolicyConfigError(ValueError):
     """A policy/backend setting is invalid; the message names the key and value."""
 
 
-@dataclass(frozen=True)
+def _need(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise PolicyConfigError(f"{key} {msg}")
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
 class LoraSpec:
     """Shape and initialisation of every adapter of a population (one uniform rank).
 
@@ -27,105 +48,111 @@ class LoraSpec:
 
     rank: int = 32
     alpha: float = 64.0
-    target_modules: tuple[str, ...] = ALL_LINEAR
+    target_modules: list[str] = field(default_factory=lambda: list(ALL_LINEAR))
     init: str = "random"
     b_std: float = 1e-3
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "target_modules", tuple(self.target_modules))
-        if self.rank < 1:
-            raise PolicyConfigError(f"lora.rank must be >= 1, got {self.rank}")
-        if self.init not in ("zeros", "random"):
-            raise PolicyConfigError(f"lora.init must be 'zeros' or 'random', got {self.init!r}")
-        if not self.target_modules:
-            raise PolicyConfigError("lora.target_modules is empty")
+        self.target_modules = list(self.target_modules)
+        _need(_int(self.rank) and self.rank >= 1, "policy.lora.rank", f"must be an integer >= 1, got {self.rank!r}")
+        _need(math.isfinite(self.alpha) and self.alpha > 0, "policy.lora.alpha", f"must be > 0, got {self.alpha!r}")
+        _need(self.init in ("zeros", "random"), "policy.lora.init", f"must be 'zeros' or 'random', got {self.init!r}")
+        _need(bool(self.target_modules), "policy.lora.target_modules", "is empty: name at least one module")
+        _need(math.isfinite(self.b_std) and self.b_std >= 0, "policy.lora.b_std", f"must be >= 0, got {self.b_std!r}")
 
 
-@dataclass(frozen=True)
-class OptimConfig:
-    """AdamW settings, one optimizer per adapter."""
+@dataclass
+class VLLMConfig:
+    """Settings read only by the vLLM engine (``policy.engine: vllm``); see docs/backends.md."""
 
-    lr: float = 5e-5
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
+    gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the trainer uses the rest
+    max_model_len: int = 8192  # prompt + completion tokens of one sequence
+    max_loras: int = 0  # LoRA slots on the GPU; 0 = number of adapters at the first generate
+    max_cpu_loras: int = 0  # LoRA cache in host memory; 0 = 2 x max_loras
+    sleep_between_phases: bool = False  # offload the engine (sleep level 1) while the trainer runs
+    adapter_dir: str = ""  # where adapter versions are written; "" = a fresh directory under $TMPDIR
+    enforce_eager: bool = False  # no CUDA graphs (slower decoding, less memory, faster start)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "betas", tuple(self.betas))
-        if self.lr <= 0:
-            raise PolicyConfigError(f"optim.lr must be > 0, got {self.lr}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise PolicyConfigError(f"optim.betas must be two numbers in [0, 1), got {self.betas}")
+        u = self.gpu_memory_utilization
+        _need(math.isfinite(u) and 0 < u < 1, "policy.vllm.gpu_memory_utilization", f"must be in (0, 1), got {u!r}")
+        _need(self.max_model_len >= 1, "policy.vllm.max_model_len", f"must be >= 1, got {self.max_model_len}")
+        _need(self.max_loras >= 0, "policy.vllm.max_loras", f"must be >= 0 (0 = automatic), got {self.max_loras}")
+        _need(self.max_cpu_loras >= 0, "policy.vllm.max_cpu_loras", f"must be >= 0 (0 = automatic), got {self.max_cpu_loras}")
 
 
-@dataclass(frozen=True)
-class BackendConfig:
-    """Which backend, on which base model, device and dtype.
+@dataclass
+class PolicyConfig:
+    """The frozen base, its adapters and the engines that serve them.
 
-    ``kind``: ``hf`` (transformers + peft, CPU or GPU) or ``vllm`` (vLLM generation + HF training).
+    ``engine``: ``hf`` (transformers + peft: generation and training, CPU or GPU) or ``vllm`` (vLLM
+    multi-LoRA generation + an HF trainer on the same GPU).
     ``model``: ``tiny``, ``smollm2-135m``, a local directory or a Hugging Face id.
     ``device``/``dtype``: ``auto`` = CUDA bf16 if a GPU is present, else CPU float32.
-    ``max_batch_size``: rows (prompts x n) decoded together by the HF backend.
-    ``train_micro_batch``: sequences per forward in ``completion_logprobs`` without gradients.
-    ``cpu_threads``: set torch's intra-op thread count on CPU (1 is fastest for small models on
-    a busy machine: spinning OpenMP threads fight over shared cores).
-    The ``vllm_*`` keys are read only by the vLLM backend (see docs/backends.md).
+    ``max_batch_size``: rows (prompts x n) decoded together by the HF engine.
+    ``train_micro_batch``: sequences per forward/backward pass of the trainer (gradients of the
+    micro-batches of one update are accumulated: it bounds memory, not the batch).
+    ``gradient_checkpointing``: recompute layer activations in backward (needed at 7B scale).
+    ``cpu_threads``: torch's intra-op threads on CPU; 0 = torch's default. With several threads,
+    OpenMP spin-waiting makes generation 20x slower as soon as anything else (the sandbox, another
+    job) uses the cores (measured: 2 s with 1 thread vs 40-58 s with 2 on a loaded 2-core machine).
     """
 
-    kind: str = "hf"
+    engine: str = "hf"
     model: str = "tiny"
     device: str = "auto"
     dtype: str = "auto"
     max_batch_size: int = 64
-    train_micro_batch: int = 16
-    cpu_threads: int = 0  # torch intra-op threads on CPU; 0 = torch's default
-    gradient_checkpointing: bool = False  # recompute layer activations in backward (7B, long prompts)
+    train_micro_batch: int = 8
+    gradient_checkpointing: bool = False
+    cpu_threads: int = 1
     lora: LoraSpec = field(default_factory=LoraSpec)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    vllm_gpu_memory_utilization: float = 0.45
-    vllm_max_model_len: int = 8192
-    vllm_max_loras: int = 0  # 0 = number of adapters at the first generate (at least 1)
-    vllm_max_cpu_loras: int = 0  # 0 = 2 x max_loras
-    vllm_sleep_between_phases: bool = False
-    vllm_adapter_dir: str = ""  # "" = a fresh directory under $TMPDIR (fast local disk)
-    vllm_enforce_eager: bool = False
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("hf", "vllm"):
-            raise PolicyConfigError(f"policy.kind must be 'hf' or 'vllm', got {self.kind!r}")
-        if self.max_batch_size < 1:
-            raise PolicyConfigError(f"policy.max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.train_micro_batch < 1:
-            raise PolicyConfigError(f"policy.train_micro_batch must be >= 1, got {self.train_micro_batch}")
-        if not 0 < self.vllm_gpu_memory_utilization < 1:
-            raise PolicyConfigError(
-                f"policy.vllm_gpu_memory_utilization must be in (0, 1), got {self.vllm_gpu_memory_utilization}"
-            )
+        _need(self.engine in ENGINES, "policy.engine", f"must be one of {list(ENGINES)}, got {self.engine!r}")
+        _need(bool(self.model), "policy.model", "is empty: name a base model (tiny, smollm2-135m, a path or an HF id)")
+        _need(self.dtype in DTYPES, "policy.dtype", f"must be one of {list(DTYPES)}, got {self.dtype!r}")
+        _need(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+              "policy.device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        _need(self.max_batch_size >= 1, "policy.max_batch_size", f"must be >= 1, got {self.max_batch_size}")
+        _need(self.train_micro_batch >= 1, "policy.train_micro_batch", f"must be >= 1, got {self.train_micro_batch}")
+        _need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = torch's default), got {self.cpu_threads}")
+        if isinstance(self.lora, Mapping):
+            self.lora = LoraSpec(**self.lora)
+        if isinstance(self.vllm, Mapping):
+            self.vllm = VLLMConfig(**self.vllm)
+        if self.engine == "vllm":
+            _need(self.lora.rank in VLLM_LORA_RANKS, "policy.lora.rank",
+                  f"must be one vLLM serves {list(VLLM_LORA_RANKS)} with policy.engine=vllm, got {self.lora.rank}")
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | BackendConfig) -> BackendConfig:
-        """From a dict / omegaconf node; unknown keys are errors that name the key."""
-        if isinstance(data, BackendConfig):
+    def from_mapping(cls, data: Mapping[str, Any] | PolicyConfig) -> PolicyConfig:
+        """From a dict or an omegaconf node; unknown keys are errors that name the key."""
+        if isinstance(data, PolicyConfig):
             return data
         if hasattr(data, "_metadata"):  # omegaconf DictConfig
             from omegaconf import OmegaConf
 
             data = OmegaConf.to_container(data, resolve=True)
         data = dict(data)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise PolicyConfigError(f"policy: unknown key(s) {unknown}; known keys: {sorted(known)}")
-        for key, sub in (("lora", LoraSpec), ("optim", OptimConfig)):
-            if key in data and not isinstance(data[key], sub):
-                value = dict(data[key] or {})
-                sub_known = {f.name for f in fields(sub)}
-                bad = sorted(set(value) - sub_known)
-                if bad:
-                    raise PolicyConfigError(f"policy.{key}: unknown key(s) {bad}; known keys: {sorted(sub_known)}")
-                data[key] = sub(**value)
+        for key, sub in (("", cls), ("lora", LoraSpec), ("vllm", VLLMConfig)):
+            section = data if not key else data.get(key)
+            if not isinstance(section, Mapping):
+                continue
+            known = {f.name for f in fields(sub)}
+            unknown = sorted(set(section) - known)
+            if unknown:
+                where = "policy" + (f".{key}" if key else "")
+                raise PolicyConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        for key, sub in (("lora", LoraSpec), ("vllm", VLLMConfig)):
+            if isinstance(data.get(key), Mapping):
+                data[key] = sub(**data[key])
         return cls(**data)
+
+    def replace(self, **changes: Any) -> PolicyConfig:
+        """A copy with top-level fields changed (validated again)."""
+        return PolicyConfig.from_mapping({**self.to_dict(), **changes})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

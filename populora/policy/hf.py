@@ -7,7 +7,7 @@
   log-probabilities; only that adapter's LoRA parameters are in the autograd graph, so the base
   (frozen, ``requires_grad=False``) and every other adapter receive no gradient.
   ``optimizer_step`` runs backward, clips and steps that adapter's own AdamW.
-- Device and dtype come from ``BackendConfig`` (CPU float32, CUDA bfloat16). LoRA parameters are
+- Device and dtype come from ``PolicyConfig`` (CPU float32, CUDA bfloat16). LoRA parameters are
   kept in float32 in both cases (peft's adapter autocast), so optimizer updates are not rounded
   to bf16.
 """
@@ -29,7 +29,7 @@ from populora.policy.base import (
     SamplingParams,
     TokenLogprobs,
 )
-from populora.policy.config import BackendConfig
+from populora.policy.config import PolicyConfig
 from populora.policy.decode import Row, decode_rows, to_completion
 
 BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
@@ -43,10 +43,18 @@ class UnknownAdapter(KeyError):
 
 
 class HFBackend(PolicyBackend):
-    """Transformers + peft backend. ``HFBackend(BackendConfig(model="tiny"))``."""
+    """Transformers + peft backend. ``HFBackend(PolicyConfig(model="tiny"))``.
 
-    def __init__(self, config: BackendConfig | None = None, *, model=None, tokenizer=None) -> None:
-        self.config = config or BackendConfig()
+    ``adamw``: keyword arguments of every adapter's ``torch.optim.AdamW`` (default: ``RLConfig``'s).
+    """
+
+    def __init__(self, config: PolicyConfig | None = None, *, adamw=None, model=None, tokenizer=None) -> None:
+        self.config = config or PolicyConfig()
+        if adamw is None:
+            from populora.rl.config import RLConfig
+
+            adamw = RLConfig().adamw_kwargs()
+        self.adamw = dict(adamw)
         if self.config.cpu_threads > 0:
             torch.set_num_threads(self.config.cpu_threads)
         if model is None:
@@ -86,11 +94,10 @@ class HFBackend(PolicyBackend):
         return list(self._adapters)
 
     def new_adapter_weights(self, seed: int | None = None) -> AdapterWeights:
-        """Fresh weights for this base from ``config.lora`` (``seed`` overrides the spec's seed)."""
+        """Fresh weights for this base from ``config.lora``, drawn with ``seed`` (default 0)."""
         spec = self.config.lora
-        shapes = self.module_shapes()
         return AdapterWeights.init(
-            shapes, spec.rank, spec.alpha, b_init=spec.init, b_std=spec.b_std, seed=spec.seed if seed is None else seed
+            self.module_shapes(), spec.rank, spec.alpha, b_init=spec.init, b_std=spec.b_std, seed=seed or 0
         )
 
     def _require(self, name: str) -> None:
@@ -401,10 +408,7 @@ class HFBackend(PolicyBackend):
 
     def reset_optimizer(self, adapter: str) -> None:
         self._require(adapter)
-        o = self.config.optim
-        self._optimizers[adapter] = torch.optim.AdamW(
-            self.trainable_parameters(adapter), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
-        )
+        self._optimizers[adapter] = torch.optim.AdamW(self.trainable_parameters(adapter), **self.adamw)
 
     def set_learning_rate(self, adapter: str, lr: float) -> None:
         """Change one adapter's learning rate (schedules, PBT hyper-parameter mutation)."""

@@ -10,8 +10,8 @@ or ``set_weights`` are published lazily, right before the next ``generate``: a n
 a new name and a new integer id (see ``lora_registry.py`` for why both must be new).
 
 Memory plan (7B base on one 80 GB GPU; see docs/backends.md): vLLM takes
-``vllm_gpu_memory_utilization`` of the GPU for its weights, LoRA slots and KV cache; the trainer
-uses the rest. With ``vllm_sleep_between_phases`` the engine sleeps (level 1: weights offloaded
+``policy.vllm.gpu_memory_utilization`` of the GPU for its weights, LoRA slots and KV cache; the trainer
+uses the rest. With ``policy.vllm.sleep_between_phases`` the engine sleeps (level 1: weights offloaded
 to CPU memory, KV cache dropped) during training and wakes up for generation.
 
 vLLM is imported only when the backend is constructed, so this module imports without it.
@@ -35,7 +35,7 @@ from populora.policy.base import (
     SamplingParams,
     TokenLogprobs,
 )
-from populora.policy.config import BackendConfig
+from populora.policy.config import PolicyConfig
 from populora.policy.hf import HFBackend
 from populora.policy.lora_registry import LoraRegistry, PublishedAdapter, sampling_seeds
 
@@ -46,22 +46,22 @@ def _import_vllm():
     try:
         import vllm
     except ImportError as e:
-        raise ImportError(f"policy.kind=vllm needs vLLM: {INSTALL_HINT}") from e
+        raise ImportError(f"policy.engine=vllm needs vLLM: {INSTALL_HINT}") from e
     return vllm
 
 
 class VLLMBackend(PolicyBackend):
     """vLLM generation for all members at once; HF/peft training. Same interface as HFBackend."""
 
-    def __init__(self, config: BackendConfig, *, trainer: HFBackend | None = None) -> None:
+    def __init__(self, config: PolicyConfig, *, adamw=None, trainer: HFBackend | None = None) -> None:
         _import_vllm()  # fail early, before loading the trainer's copy of the base
 
         if not torch.cuda.is_available():
-            raise RuntimeError("policy.kind=vllm needs a CUDA GPU; use policy.kind=hf on CPU")
+            raise RuntimeError("policy.engine=vllm needs a CUDA GPU; use policy.engine=hf on CPU")
         self.config = config
-        self.trainer = trainer if trainer is not None else HFBackend(config)
+        self.trainer = trainer if trainer is not None else HFBackend(config, adamw=adamw)
         self.tokenizer = self.trainer.tokenizer
-        root = Path(config.vllm_adapter_dir) if config.vllm_adapter_dir else Path(tempfile.mkdtemp(prefix="populora-lora-"))
+        root = Path(config.vllm.adapter_dir) if config.vllm.adapter_dir else Path(tempfile.mkdtemp(prefix="populora-lora-"))
         self.registry = LoraRegistry(root, base_model_name=config.model)
         self._dirty: set[str] = set()
         self._llm = None  # created at the first generate, when the population size is known
@@ -69,7 +69,7 @@ class VLLMBackend(PolicyBackend):
 
     @property
     def llm(self):
-        """The vLLM engine; ``max_loras`` = ``vllm_max_loras`` or the number of adapters at creation.
+        """The vLLM engine; ``max_loras`` = ``policy.vllm.max_loras`` or the number of adapters at creation.
 
         A population keeps its size (evolution replaces members), so sizing the LoRA slots at
         the first ``generate`` lets every member's requests run in the same batch.
@@ -81,7 +81,7 @@ class VLLMBackend(PolicyBackend):
             from populora.policy.models import resolve_model
 
             config = self.config
-            max_loras = config.vllm_max_loras or max(1, len(self.trainer.adapter_names()))
+            max_loras = config.vllm.max_loras or max(1, len(self.trainer.adapter_names()))
             kwargs = dict(
                 model=resolve_model(config.model),
                 tokenizer=resolve_model(config.model),
@@ -89,12 +89,12 @@ class VLLMBackend(PolicyBackend):
                 enable_lora=True,
                 max_loras=max_loras,
                 max_lora_rank=config.lora.rank,
-                max_cpu_loras=config.vllm_max_cpu_loras or 2 * max_loras,
-                gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-                max_model_len=config.vllm_max_model_len,
-                enable_sleep_mode=config.vllm_sleep_between_phases,
-                enforce_eager=config.vllm_enforce_eager,
-                seed=config.lora.seed,
+                max_cpu_loras=config.vllm.max_cpu_loras or 2 * max_loras,
+                gpu_memory_utilization=config.vllm.gpu_memory_utilization,
+                max_model_len=config.vllm.max_model_len,
+                enable_sleep_mode=config.vllm.sleep_between_phases,
+                enforce_eager=config.vllm.enforce_eager,
+                seed=0,  # sampling is seeded per request (SamplingParams.seed)
             )
             if "logprobs_mode" in {f.name for f in dataclasses.fields(EngineArgs)}:
                 kwargs["logprobs_mode"] = "raw_logprobs"  # same quantity as HFBackend / completion_logprobs
@@ -155,8 +155,8 @@ class VLLMBackend(PolicyBackend):
             self._asleep = False
 
     def sleep(self) -> None:
-        """Free the engine's GPU memory for training (only with vllm_sleep_between_phases)."""
-        if self.config.vllm_sleep_between_phases and self._llm is not None and not self._asleep:
+        """Free the engine's GPU memory for training (only with policy.vllm.sleep_between_phases)."""
+        if self.config.vllm.sleep_between_phases and self._llm is not None and not self._asleep:
             self._llm.sleep(level=1)
             self._asleep = True
 

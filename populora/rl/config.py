@@ -60,7 +60,6 @@ class RLConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
-    micro_batch_size: int = 8
 
     def __post_init__(self) -> None:
         _choice("teacher_estimator", self.teacher_estimator, ADVANTAGE_ESTIMATORS)
@@ -84,9 +83,6 @@ class RLConfig:
         if betas is None or len(betas) != 2 or not all(0 <= _real("betas", b) < 1 for b in betas):
             raise ValueError(f"rl.betas must be two numbers in [0, 1), got {self.betas!r}")
         self.betas = (float(betas[0]), float(betas[1]))
-        mbs = self.micro_batch_size
-        if isinstance(mbs, bool) or not isinstance(mbs, int) or mbs < 1:
-            raise ValueError(f"rl.micro_batch_size must be an integer >= 1, got {mbs!r}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RLConfig:

@@ -41,7 +41,7 @@ import numpy as np
 
 from populora.config import Config
 from populora.diagnostics.complexity import complexity_metrics
-from populora.policy import BackendConfig, LoraSpec, OptimConfig, make_backend
+from populora.policy import make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
 from populora.population import evolution, matchmaking, ratings
@@ -87,7 +87,7 @@ class SelfPlay:
             max_output_chars=cfg.tasks.max_output_chars,
         )
         self.sandbox = Sandbox(limits=limits, workers=sb.workers or None)
-        self.backend = make_backend(backend_config(cfg))
+        self.backend = make_backend(cfg.policy, adamw=cfg.rl.adamw_kwargs())
         self.buffers: TaskBuffers = seed_buffers(self.sandbox, cfg.tasks.buffer_capacity, self.validation)
         self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
         self.members: dict[str, Member] = {}
@@ -99,10 +99,10 @@ class SelfPlay:
         for i, member in enumerate(initial_members(cfg)):
             weights = AdapterWeights.init(
                 shapes,
-                cfg.lora.rank,
-                cfg.lora.alpha,
-                b_init=cfg.lora.init,
-                b_std=cfg.lora.b_std,
+                cfg.policy.lora.rank,
+                cfg.policy.lora.alpha,
+                b_init=cfg.policy.lora.init,
+                b_std=cfg.policy.lora.b_std,
                 seed=cfg.seed * 1000 + i,
             )
             self._add_member(member, weights)
@@ -190,7 +190,7 @@ class SelfPlay:
         batches = stages.training_batches(self.members, jobs, gens, t_rewards, plan, s_gens, attempts, cfg, usage,
                                           step_rng(seed, step, RNG_SELECT))
         for mid, batch in batches.items():
-            stats = train_member(self.backend, self.members[mid].adapter, batch, cfg.rl, cfg.model.max_batch_size)
+            stats = train_member(self.backend, self.members[mid].adapter, batch, cfg.rl, cfg.policy.train_micro_batch)
             usage[mid].optimizer_steps += stats.pop("optimizer_steps")
             metrics.update({f"train/{mid}/{k}": v for k, v in stats.items()})
         timings["time/train_s"] = time.perf_counter() - t
@@ -230,7 +230,7 @@ class SelfPlay:
     def _format(self, question: str) -> str:
         from populora.tasks.prompts import format_chat, format_r1
 
-        if self.cfg.model.prompt_style == "r1":
+        if self.cfg.tasks.prompt_style == "r1":
             return format_r1(question)
         return format_chat(question, self.backend.tokenizer)
 
@@ -310,7 +310,7 @@ class SelfPlay:
         out = []
         for m in self.members.values():
             self.backend.get_weights(m.adapter).save_peft(run_dir / "adapters" / m.id,
-                                                          base_model_name_or_path=self.cfg.model.name)
+                                                          base_model_name_or_path=self.cfg.policy.model)
             # evaluation reads the single agent of a baseline run as the role "baseline"
             out.append({"id": m.id, "role": "baseline" if self.baseline else m.role, "adapter_dir": f"adapters/{m.id}",
                         "mu": None if self.baseline else m.rating.mu,
@@ -328,7 +328,7 @@ class SelfPlay:
             "steps_done": self.step_done,
             "steps": self.cfg.selfplay.steps,
             "baseline": self.baseline,
-            "model": self.cfg.model.name,
+            "model": self.cfg.policy.model,
             "members": [
                 {"id": m.id, "role": m.role, "adapter": m.adapter, "born_step": m.born_step,
                  "mu": None if self.baseline else m.rating.mu,
@@ -345,19 +345,6 @@ class SelfPlay:
     def close(self) -> None:
         self.sandbox.close()
         self.backend.close()
-
-
-def backend_config(cfg: Config) -> BackendConfig:
-    """The policy layer's config from the run config's model, lora and rl sections."""
-    m, lo, rl = cfg.model, cfg.lora, cfg.rl
-    return BackendConfig(
-        kind=m.backend, model=m.name, device=m.device, dtype=m.dtype, max_batch_size=m.max_batch_size,
-        train_micro_batch=rl.micro_batch_size, cpu_threads=m.cpu_threads,
-        lora=LoraSpec(rank=lo.rank, alpha=lo.alpha, target_modules=tuple(lo.target_modules), init=lo.init,
-                      b_std=lo.b_std, seed=cfg.seed),
-        optim=OptimConfig(**rl.adamw_kwargs()),
-        vllm_gpu_memory_utilization=m.gpu_memory_utilization,
-    )
 
 
 def initial_members(cfg: Config) -> list[Member]:

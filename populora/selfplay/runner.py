@@ -167,5 +167,5 @@ def _progress_line(row: dict) -> str:
 def _save(sp, rd: Path, step: int, cfg: Config) -> None:
     adapters, opt_states, state = sp.checkpoint_payload()
     save_checkpoint(
-        rd / "checkpoints", step, adapters, opt_states, state, keep=cfg.run.keep_checkpoints, base_model=cfg.model.name
+        rd / "checkpoints", step, adapters, opt_states, state, keep=cfg.run.keep_checkpoints, base_model=cfg.policy.model
     )

@@ -47,11 +47,14 @@ def _denominator(batch, aggregation: str) -> float:
     return float(len(batch) * max(1, max(len(s.completion_ids) for s in batch)))
 
 
-def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, max_batch_size: int) -> dict:
-    """Advantages, loss over micro-batches, one optimizer step. Returns stats (stable names)."""
+def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micro_batch: int) -> dict:
+    """Advantages, loss over micro-batches of ``micro_batch`` sequences, one optimizer step.
+
+    Returns stats (stable names).
+    """
     adv = advantages_of(batch, rl)
     before = backend.get_weights(adapter)
-    mbs = max(1, min(rl.micro_batch_size, max_batch_size))
+    mbs = max(1, micro_batch)
     denom = _denominator(batch, rl.aggregation)
     totals: dict[str, float] = {}
     total_loss = 0.0
