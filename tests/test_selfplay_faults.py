@@ -99,3 +99,22 @@ def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
     row2 = sp.step(2)
     assert row2[f"train/{mid}/nan_restored"] == 0 and row2[f"adapter/{mid}/optimizer_steps"] == 1
     assert all(torch.isfinite(a).all() for a, _ in sp.backend.get_weights(target).tensors.values())
+
+
+def test_checking_failure_is_an_infrastructure_error_not_the_students_fault(sp, monkeypatch):
+    """A crash of the checking sandbox drops the attempts from rho and from training (issue: it was
+    scored as a format failure: student -1, rho 0, teacher wins)."""
+    def broken(*args, **kwargs):
+        raise OSError("verifier down (injected)")
+
+    monkeypatch.setattr(stages.checking, "check_many", broken)
+    before = _weights(sp)
+    row = sp.step(1)
+    assert row["errors/check"] == 1 and "injected" in row["errors/check_reason"]
+    assert row["student/infra_errors"] > 0
+    after = _weights(sp)
+    for mid, m in sp.members.items():
+        if m.role == "student":  # every attempt was lost: nothing to train on, no step
+            assert row[f"adapter/{mid}/sequences"] == 0 and row[f"adapter/{mid}/optimizer_steps"] == 0
+            assert after[mid].equal(before[mid])
+            assert f"member/{mid}/solve_rate" not in row

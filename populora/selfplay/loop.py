@@ -135,50 +135,51 @@ class SelfPlay:
         # 2. propose: every teacher's proposals in ONE mixed-adapter generate call
         self.on_stage("propose")
         t = time.perf_counter()
-        jobs = stages.proposal_jobs(teachers, self.buffers, cfg, lambda m: budget_for(cfg, m.role).proposals,
-                                    step_rng(seed, step, RNG_PROPOSE))
-        gens = self._generate([GenerationRequest(self._format(j.question) + self._prefill("teacher", j.task_type),
-                                                 self.members[j.member_id].adapter)
-                               for j in jobs], cfg.selfplay.teacher_sampling, 1,
-                              step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
+        records = stages.proposal_jobs(teachers, self.buffers, cfg, lambda m: budget_for(cfg, m.role).proposals,
+                                       step_rng(seed, step, RNG_PROPOSE))
+        gens = self._generate([GenerationRequest(self._format(r.job.question) + self._prefill("teacher", r.job.task_type),
+                                                 self.members[r.member_id].adapter) for r in records],
+                              cfg.selfplay.teacher_sampling, 1, step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
+        records = stages.with_generations(records, gens)
         timings["time/generate_s"] = time.perf_counter() - t
 
         # 3. validate in the sandbox (parallel, two independent executions each)
         self.on_stage("validate")
         t = time.perf_counter()
-        proposals = [stages.parse_proposal(j, g, step, cfg.tasks.require_answer_tag,
-                                           self._prefill("teacher", j.task_type)) for j, g in zip(jobs, gens)]
-        verdicts = stages.validate(proposals, self.sandbox, self.validation, metrics)
+        records = stages.parse_proposals(records, step, cfg.tasks.require_answer_tag,
+                                         lambda task_type: self._prefill("teacher", task_type))
+        records = stages.validate(records, self.sandbox, self.validation, metrics)
         timings["time/validate_s"] = time.perf_counter() - t
 
         # 4. solve: matched students attempt fresh valid tasks (+ buffer top-up), ONE generate call
         self.on_stage("solve")
         t = time.perf_counter()
-        plan = stages.solve_plan(pairs, jobs, verdicts, self.buffers, cfg,
-                                 {m.id: budget_for(cfg, m.role).attempts for m in students},
-                                 step_rng(seed, step, RNG_SOLVE))
-        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(task))
-                                                   + self._prefill("student", task.type),
-                                                   self.members[sid].adapter) for sid, task, _ in plan],
+        groups = stages.solve_plan(pairs, records, self.buffers, cfg,
+                                   {m.id: budget_for(cfg, m.role).attempts for m in students},
+                                   step_rng(seed, step, RNG_SOLVE))
+        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(g.task))
+                                                   + self._prefill("student", g.task.type),
+                                                   self.members[g.student_id].adapter) for g in groups],
                                 cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
                                 step_seed(seed, step, RNG_GEN_S), metrics, "student")
+        groups = stages.with_generations(groups, s_gens)
         timings["time/solve_s"] = time.perf_counter() - t
 
         # 5. check answers (sandboxed where execution is needed); solve rate rho per task
         self.on_stage("check")
         t = time.perf_counter()
-        attempts = stages.check(plan, s_gens, self.sandbox, metrics, cfg.tasks.require_answer_tag,
-                                lambda task: self._prefill("student", task.type))
-        rho = stages.solve_rates(plan, attempts)
+        groups = stages.check(groups, self.sandbox, metrics, cfg.tasks.require_answer_tag,
+                              lambda task: self._prefill("student", task.type))
+        rho = stages.solve_rates(groups)
         timings["time/check_s"] = time.perf_counter() - t
 
         # 6. rewards: teachers from validity and rho; students' rewards are on their attempts
-        t_rewards = stages.teacher_rewards(jobs, verdicts, rho, pairs, cfg)
+        records = stages.teacher_rewards(records, rho, pairs, cfg.tasks.teacher_reward)
 
         # 7. ratings: one TrueSkill game per (teacher, student) pair
         self.on_stage("ratings")
         if not self.baseline:
-            games, outcomes = stages.match_results(pairs, jobs, verdicts, rho, cfg)
+            games, outcomes = stages.match_results(pairs, records, rho, cfg)
             new = ratings.update({m.id: m.rating for m in self.members.values()}, games, outcomes, cfg.ratings)
             for mid, r in new.items():
                 self.members[mid].rating = r
@@ -187,8 +188,7 @@ class SelfPlay:
         # 8. train: one policy update per member on exactly its budget of sequences
         self.on_stage("train")
         t = time.perf_counter()
-        batches = stages.training_batches(self.members, jobs, gens, t_rewards, plan, s_gens, attempts, cfg, usage,
-                                          step_rng(seed, step, RNG_SELECT))
+        batches = stages.training_batches(self.members, records, groups, cfg, usage, step_rng(seed, step, RNG_SELECT))
         for mid, batch in batches.items():
             stats = train_member(self.backend, self.members[mid].adapter, batch, cfg.rl, cfg.policy.train_micro_batch)
             usage[mid].optimizer_steps += stats.pop("optimizer_steps")
@@ -196,7 +196,7 @@ class SelfPlay:
         timings["time/train_s"] = time.perf_counter() - t
 
         # rates of this step's members, before evolution replaces any of them
-        metrics.update(stages.step_metrics(self.members, jobs, verdicts, plan, attempts, rho, t_rewards))
+        metrics.update(stages.step_metrics(self.members, records, groups))
 
         # 9. every k steps: PBT replacement of the weakest per role by evolved children
         self.on_stage("evolve")
@@ -207,7 +207,7 @@ class SelfPlay:
 
         # 10. valid tasks join the buffers (deduplicated, capacity-bounded) and the run's task log
         self.on_stage("buffers")
-        valid_tasks = [v.task for v in verdicts if v.valid and v.task is not None]
+        valid_tasks = [r.task for r in records if r.valid]
         metrics["buffer/added"] = sum(self.buffers.add(task) for task in valid_tasks)
         stages.append_tasks(self.run_dir / "tasks.jsonl", valid_tasks)
         metrics.update(complexity_metrics(valid_tasks, lambda tid: self.members[tid].role if tid in self.members
@@ -221,7 +221,7 @@ class SelfPlay:
                 metrics[f"member/{m.id}/mu"] = m.rating.mu
                 metrics[f"member/{m.id}/sigma"] = m.rating.sigma
         metrics.update(timings)
-        stages.write_examples(self.run_dir / "examples.jsonl", step, jobs, verdicts, plan, attempts)
+        stages.write_examples(self.run_dir / "examples.jsonl", step, records, groups)
         self.step_done = step
         self.last_metrics = metrics
         return metrics

@@ -1,7 +1,8 @@
-"""The stages of one self-play step as small functions (see ``loop.py`` for the order).
+"""The stages of one self-play step as small functions on typed records (see ``loop.py`` for the order
+and ``records.py`` for the records).
 
-Everything here is deterministic given its inputs and the random generator passed in; the only
-side effects are the sandbox calls in ``validate`` and ``check`` and ``write_examples``.
+Everything here is deterministic given its inputs and the random generator passed in; the only side
+effects are the sandbox calls in ``validate`` and ``check`` and the file appends at the end.
 """
 
 from __future__ import annotations
@@ -9,34 +10,33 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from populora.config import Config
+from populora.policy.base import GenerationResult
 from populora.population import ratings
 from populora.selfplay.budget import Usage, budget_for, per_type
 from populora.selfplay.metrics import mean
+from populora.selfplay.records import (
+    GENERATION_ERROR,
+    SANDBOX_ERROR,
+    ProposalJob,
+    ProposalRecord,
+    SolveGroup,
+    is_infra_error,
+)
 from populora.tasks import checking, parsing, prompts, rewards, validation
 from populora.tasks.records import CODE_F, Attempt, Proposal, Task, Verdict, reason_kind
 
 log = logging.getLogger(__name__)
 
-SANDBOX_ERROR = "sandbox_error"
-GENERATION_ERROR = "generation_error"
 OUTCOME_SCORE = {ratings.STUDENT_WINS: 1.0, ratings.DRAW: 0.5, ratings.TEACHER_WINS: 0.0}  # student's score
+__all__ = ["GENERATION_ERROR", "SANDBOX_ERROR", "ProposalJob", "ProposalRecord", "Seq", "SolveGroup"]
 
 
 @dataclass(frozen=True)
-class ProposalJob:
-    """One teacher prompt: who writes, which task type, the question, and the code_f program."""
-
-    member_id: str
-    task_type: str
-    question: str
-    program: str | None = None
-
-
-@dataclass
 class Seq:
     """One trainable sequence of one adapter."""
 
@@ -50,10 +50,10 @@ class Seq:
 
 
 # -- 2. propose --------------------------------------------------------------------------------------
-def proposal_jobs(teachers, buffers, cfg: Config, n_proposals, rng) -> list[ProposalJob]:
+def proposal_jobs(teachers, buffers, cfg: Config, n_proposals: Callable, rng) -> list[ProposalRecord]:
     """Every teacher's prompts: ``n_proposals(member)`` split evenly over the task types."""
     t = cfg.tasks
-    jobs = []
+    out: list[ProposalRecord] = []
     for member in teachers:
         for task_type, count in per_type(n_proposals(member), t.types).items():
             for _ in range(count):
@@ -63,52 +63,70 @@ def proposal_jobs(teachers, buffers, cfg: Config, n_proposals, rng) -> list[Prop
                     task_type, refs, program=program, n_inputs=t.code_f_inputs, n_shown=t.code_f_shown,
                     max_output_chars=t.max_output_chars,
                 )
-                jobs.append(ProposalJob(member.id, task_type, question, program))
-    return jobs
+                out.append(ProposalRecord(len(out), ProposalJob(member.id, task_type, question, program)))
+    return out
 
 
-def parse_proposal(job: ProposalJob, gen, step: int, require_answer_tag: bool = True, prefill: str = "") -> Proposal:
-    """Parse a teacher completion; ``prefill`` is the part of the answer written into the prompt."""
-    if gen is None or not gen.completions:
-        return Proposal(type=job.task_type, program=job.program or "", teacher_id=job.member_id, step=step,
-                        reason=GENERATION_ERROR)
-    return parsing.parse_proposal(prefill + gen.completions[0].text, job.task_type, program=job.program,
-                                  teacher_id=job.member_id, step=step, require_answer_tag=require_answer_tag)
+def with_generations(records: Sequence, gens: Sequence[GenerationResult | None]) -> list:
+    """Attach one generation (or None when it failed) to each record, in order."""
+    if len(gens) != len(records):
+        raise ValueError(f"with_generations: {len(gens)} generations for {len(records)} records")
+    return [replace(r, generation=g) for r, g in zip(records, gens)]
+
+
+def parse_proposals(records: Sequence[ProposalRecord], step: int, require_answer_tag: bool = True,
+                    prefill: Callable[[str], str] = lambda task_type: "") -> list[ProposalRecord]:
+    """Parse each teacher completion; ``prefill(type)`` is the part of the answer written into the prompt."""
+    out = []
+    for r in records:
+        job, gen = r.job, r.generation
+        if gen is None or not gen.completions:
+            p = Proposal(type=job.task_type, program=job.program or "", teacher_id=job.member_id, step=step,
+                         reason=GENERATION_ERROR)
+        else:
+            p = parsing.parse_proposal(prefill(job.task_type) + gen.completions[0].text, job.task_type,
+                                       program=job.program, teacher_id=job.member_id, step=step,
+                                       require_answer_tag=require_answer_tag)
+        out.append(replace(r, proposal=p))
+    return out
 
 
 # -- 3. validate -------------------------------------------------------------------------------------
-def validate(proposals: list[Proposal], sandbox, vcfg, metrics: dict) -> list[Verdict]:
-    """All proposals in one parallel sandbox batch; a sandbox failure rejects the batch, never crashes."""
+def validate(records: Sequence[ProposalRecord], sandbox, vcfg, metrics: dict) -> list[ProposalRecord]:
+    """All proposals in one parallel sandbox batch; a sandbox failure is an infrastructure error
+    (``sandbox_error``: no reward, no training), never a crash."""
     try:
-        return validation.validate_many(proposals, sandbox, vcfg)
+        verdicts = validation.validate_many([r.proposal for r in records], sandbox, vcfg)
     except Exception as e:
-        log.exception("validation failed for %d proposals", len(proposals))
+        log.exception("validation failed for %d proposals", len(records))
         metrics["errors/validate"] = 1
         metrics["errors/validate_reason"] = f"{type(e).__name__}: {str(e)[:200]}"
-        return [Verdict(valid=False, reason=SANDBOX_ERROR) for _ in proposals]
+        verdicts = [Verdict(valid=False, reason=SANDBOX_ERROR) for _ in records]
+    return [replace(r, verdict=v) for r, v in zip(records, verdicts)]
 
 
 # -- 4. solve ----------------------------------------------------------------------------------------
-def solve_plan(pairs, jobs, verdicts, buffers, cfg: Config, attempt_budget: dict[str, int], rng) -> list[tuple]:
-    """``[(student_id, task, fresh)]``: one entry per task a student attempts (n rollouts each).
+def solve_plan(pairs: Mapping[str, str], records: Sequence[ProposalRecord], buffers, cfg: Config,
+               attempt_budget: Mapping[str, int], rng) -> list[SolveGroup]:
+    """One ``SolveGroup`` per task a student attempts (n rollouts each).
 
-    Every fresh valid task of a student's matched teacher(s) is attempted (the teacher's reward
-    needs its solve rate). If that gives fewer than ``budget / n`` tasks, buffer tasks are added so
-    that the student can train on exactly its budget (see ``budget.py``).
+    Every fresh valid task of a student's matched teacher(s) is attempted (the teacher's reward needs
+    its solve rate). If that gives fewer than ``budget / n`` tasks, buffer tasks are added so that the
+    student can train on exactly its budget (see ``budget.py``).
     """
     n = cfg.selfplay.rollouts
     fresh: dict[str, dict[str, Task]] = defaultdict(dict)
-    for job, v in zip(jobs, verdicts):
-        if v.valid and v.task is not None and job.member_id in pairs:
-            fresh[pairs[job.member_id]].setdefault(v.task.id, v.task)
-    plan = []
+    for r in records:
+        if r.valid and r.member_id in pairs:
+            fresh[pairs[r.member_id]].setdefault(r.task.id, r.task)
+    plan: list[tuple[str, Task, bool]] = []
     for sid in sorted(attempt_budget):
         groups = attempt_budget[sid] // n
         tasks = list(fresh.get(sid, {}).values())
         plan += [(sid, task, True) for task in tasks]
         seen = {task.id for task in tasks}
         plan += [(sid, task, False) for task in top_up(buffers, groups - len(tasks), seen, cfg.tasks.types, rng)]
-    return plan
+    return [SolveGroup(i, sid, task, f) for i, (sid, task, f) in enumerate(plan)]
 
 
 def top_up(buffers, count: int, exclude: set[str], types: list[str], rng) -> list[Task]:
@@ -134,107 +152,112 @@ def student_question(task: Task) -> str:
 
 
 # -- 5. check ----------------------------------------------------------------------------------------
-def check(plan, gens, sandbox, metrics: dict, require_answer_tag: bool = True,
-          prefill=lambda task: "") -> list[list[Attempt]]:
+def check(groups: Sequence[SolveGroup], sandbox, metrics: dict, require_answer_tag: bool = True,
+          prefill: Callable[[Task], str] = lambda task: "") -> list[SolveGroup]:
     """Parse and check every rollout in one sandbox batch. Never raises on model text.
 
-    ``prefill(task)`` is the part of the answer that was written into the student's prompt.
+    ``prefill(task)`` is the part of the answer that was written into the student's prompt. When the
+    verifier itself fails, every attempt of the batch is marked ``sandbox_error`` (an infrastructure
+    error: excluded from rho and from training), not scored as the student's fault.
     """
-    flat: list[tuple[int, Task, str, object]] = []
-    for i, ((sid, task, _), gen) in enumerate(zip(plan, gens)):
-        for c in (gen.completions if gen is not None else []):
-            flat.append((i, task, sid, c))
+    flat = [(g, c) for g in groups for c in (g.generation.completions if g.generation is not None else [])]
     try:
-        judged = checking.check_many([(task, prefill(task) + c.text) for _, task, _, c in flat], sandbox,
+        judged = checking.check_many([(g.task, prefill(g.task) + c.text) for g, c in flat], sandbox,
                                      checking.CheckConfig(require_answer_tag=require_answer_tag))
     except Exception as e:
         log.exception("checking failed for %d attempts", len(flat))
         metrics["errors/check"] = 1
         metrics["errors/check_reason"] = f"{type(e).__name__}: {str(e)[:200]}"
         judged = [None] * len(flat)
-    out: list[list[Attempt]] = [[] for _ in plan]
-    for (i, task, sid, c), j in zip(flat, judged):
-        att = Attempt(task.id, sid, c.text, tuple(c.token_ids))
+    attempts: dict[int, list[Attempt]] = defaultdict(list)
+    for (g, c), j in zip(flat, judged):
+        att = Attempt(g.task.id, g.student_id, c.text, tuple(c.token_ids))
         if j is None:
             att.reason = SANDBOX_ERROR
         else:
             att.answer, att.format_ok, att.correct, att.score, att.reason = (
                 j.answer, j.format_ok, j.correct, j.score, j.reason)
-        att.reward = rewards.student_reward(att.format_ok, att.correct)
-        out[i].append(att)
-    return out
+            att.reward = rewards.student_reward(att.format_ok, att.correct)
+        attempts[g.index].append(att)
+    return [replace(g, attempts=tuple(attempts.get(g.index, ()))) for g in groups]
 
 
-def solve_rates(plan, attempts) -> dict[tuple[str, str], float]:
-    """rho per (student, task): the fraction of its rollouts that were correct."""
-    rho = {}
-    for (sid, task, _), atts in zip(plan, attempts):
-        if atts:
-            rho[(sid, task.id)] = mean(a.score for a in atts)
-    return rho
+def solve_rates(groups: Sequence[SolveGroup]) -> dict[tuple[str, str], float]:
+    """rho per (student, task id): the fraction of its judged rollouts that were correct."""
+    return {(g.student_id, g.task.id): g.rho for g in groups if g.rho is not None}
 
 
 # -- 6. rewards --------------------------------------------------------------------------------------
-def teacher_rewards(jobs, verdicts, rho, pairs, cfg: Config) -> list[float]:
+def teacher_rewards(records: Sequence[ProposalRecord], rho: Mapping[tuple[str, str], float],
+                    pairs: Mapping[str, str], variant: str) -> list[ProposalRecord]:
+    """Each proposal's reward. None (no reward, not trained on) when there is no completion or when
+    the verifier failed, or for a valid task whose student attempts could not be judged."""
     out = []
-    for job, v in zip(jobs, verdicts):
-        if not v.valid or v.task is None:
-            out.append(rewards.teacher_reward(False, None, cfg.tasks.teacher_reward))
+    for r in records:
+        reason = r.verdict.reason if r.verdict is not None else None
+        if r.generation is None or not r.generation.completions or reason == SANDBOX_ERROR:
+            reward = None
+        elif not r.valid:
+            reward = rewards.teacher_reward(False, None, variant)
         else:
-            r = rho.get((pairs[job.member_id], v.task.id))
-            # a valid task the student could not attempt (its generation failed) carries no signal
-            out.append(0.0 if r is None else rewards.teacher_reward(True, r, cfg.tasks.teacher_reward))
+            s = rho.get((pairs[r.member_id], r.task.id))
+            reward = None if s is None else rewards.teacher_reward(True, s, variant)
+        out.append(replace(r, reward=reward))
     return out
 
 
 # -- 7. ratings --------------------------------------------------------------------------------------
-def match_results(pairs, jobs, verdicts, rho, cfg: Config) -> tuple[list[tuple[str, str]], list[str]]:
+def match_results(pairs: Mapping[str, str], records: Sequence[ProposalRecord],
+                  rho: Mapping[tuple[str, str], float], cfg: Config) -> tuple[list[tuple[str, str]], list[str]]:
     """One game per (teacher, student) pair, decided by the student's mean solve rate."""
     games, outcomes = [], []
     for tid, sid in sorted(pairs.items()):
-        rhos = [rho[(sid, v.task.id)] for j, v in zip(jobs, verdicts)
-                if j.member_id == tid and v.valid and v.task is not None and (sid, v.task.id) in rho]
+        rhos = [rho[(sid, r.task.id)] for r in records
+                if r.member_id == tid and r.valid and (sid, r.task.id) in rho]
         games.append((tid, sid))
         outcomes.append(ratings.match_outcome(mean(rhos) if rhos else None, len(rhos), cfg.ratings.margin))
     return games, outcomes
 
 
 # -- 8. training batches -----------------------------------------------------------------------------
-def training_batches(members, jobs, gens, t_rewards, plan, s_gens, attempts, cfg: Config, usage: dict[str, Usage],
-                     rng) -> dict[str, list[Seq]]:
-    """Each member's sequences for this step: exactly its budget (compute matching)."""
+def training_batches(members: Mapping, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup],
+                     cfg: Config, usage: dict[str, Usage], rng) -> dict[str, list[Seq]]:
+    """Each member's sequences for this step: exactly its budget (compute matching), less what the
+    infrastructure lost (failed generations, verifier errors)."""
     batches: dict[str, list[Seq]] = {mid: [] for mid in members}
-    for i, (job, gen, r) in enumerate(zip(jobs, gens, t_rewards)):
-        u = usage[job.member_id]
+    for r in records:
+        u = usage[r.member_id]
         u.proposals += 1
-        if gen is None or not gen.completions:
+        gen = r.generation
+        if gen is None or not gen.completions or r.reward is None:
             continue
         c = gen.completions[0]
-        batches[job.member_id].append(Seq("teacher", job.task_type, gen.prompt_token_ids, c.token_ids, c.logprobs,
-                                          r, f"p{i}"))
+        batches[r.member_id].append(Seq("teacher", r.job.task_type, gen.prompt_token_ids, c.token_ids, c.logprobs,
+                                        r.reward, f"p{r.index}"))
         u.prompt_tokens += len(gen.prompt_token_ids)
         u.completion_tokens += len(c.token_ids)
     n = cfg.selfplay.rollouts
-    by_student: dict[str, list[int]] = defaultdict(list)
-    for i, (sid, _, _) in enumerate(plan):
-        by_student[sid].append(i)
-        usage[sid].rollouts += len(attempts[i])
-    for sid, idx in by_student.items():
-        groups = budget_for(cfg, members[sid].role).attempts // n
-        fresh = [i for i in idx if plan[i][2]]
-        if len(fresh) > groups:
-            chosen = sorted(rng.sample(fresh, groups))
+    by_student: dict[str, list[SolveGroup]] = defaultdict(list)
+    for g in groups:
+        by_student[g.student_id].append(g)
+        usage[g.student_id].rollouts += len(g.attempts)
+    for sid, own in by_student.items():
+        n_groups = budget_for(cfg, members[sid].role).attempts // n
+        fresh = [g for g in own if g.fresh]
+        if len(fresh) > n_groups:
+            chosen = [fresh[i] for i in sorted(rng.sample(range(len(fresh)), n_groups))]
         else:
-            chosen = fresh + [i for i in idx if not plan[i][2]][: groups - len(fresh)]
-        for i in chosen:
-            gen = s_gens[i]
-            if gen is None:
+            chosen = fresh + [g for g in own if not g.fresh][: n_groups - len(fresh)]
+        for g in chosen:
+            if g.generation is None:
                 continue
-            for c, att in zip(gen.completions, attempts[i]):
-                batches[sid].append(Seq("student", plan[i][1].type, gen.prompt_token_ids, c.token_ids, c.logprobs,
-                                        att.reward, f"s{i}"))
+            for c, att in zip(g.generation.completions, g.attempts):
+                if is_infra_error(att):
+                    continue
+                batches[sid].append(Seq("student", g.task.type, g.generation.prompt_token_ids, c.token_ids,
+                                        c.logprobs, att.reward, f"s{g.index}"))
                 usage[sid].attempts += 1
-                usage[sid].prompt_tokens += len(gen.prompt_token_ids)
+                usage[sid].prompt_tokens += len(g.generation.prompt_token_ids)
                 usage[sid].completion_tokens += len(c.token_ids)
     for mid, seqs in batches.items():
         usage[mid].sequences = len(seqs)
@@ -242,46 +265,51 @@ def training_batches(members, jobs, gens, t_rewards, plan, s_gens, attempts, cfg
 
 
 # -- metrics and examples ----------------------------------------------------------------------------
-def step_metrics(members, jobs, verdicts, plan, attempts, rho, t_rewards) -> dict:
+def step_metrics(members: Mapping, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup]) -> dict:
     """Per-step rates under stable names (teacher/<type>/..., student/<type>/..., member/<id>/...)."""
     m: dict = {}
-    by_type: dict[str, list] = defaultdict(list)
+    by_type: dict[str, list[ProposalRecord]] = defaultdict(list)
     reasons: Counter = Counter()
-    for job, v, r in zip(jobs, verdicts, t_rewards):
-        by_type[job.task_type].append((v.valid, r))
-        if not v.valid:
-            reasons[reason_kind(v.reason) or "unknown"] += 1
-    for tt, vals in by_type.items():
-        m[f"teacher/{tt}/valid_rate"] = mean(float(ok) for ok, _ in vals)
-        m[f"teacher/{tt}/reward_mean"] = mean(r for _, r in vals)
+    for r in records:
+        by_type[r.job.task_type].append(r)
+        if not r.valid:
+            reasons[reason_kind(r.verdict.reason if r.verdict else None) or "unknown"] += 1
+    for tt, rs in by_type.items():
+        m[f"teacher/{tt}/valid_rate"] = mean(float(r.valid) for r in rs)
+        m[f"teacher/{tt}/reward_mean"] = mean(r.reward for r in rs if r.reward is not None)
     for k, c in reasons.items():
         m[f"teacher/reject/{k}"] = c
     member_rewards: dict[str, list[float]] = defaultdict(list)
-    for j, r in zip(jobs, t_rewards):
-        member_rewards[j.member_id].append(r)
-    for (sid, _, _), atts in zip(plan, attempts):
-        member_rewards[sid] += [a.reward for a in atts]
+    for r in records:
+        if r.reward is not None:
+            member_rewards[r.member_id].append(r.reward)
+    for g in groups:
+        member_rewards[g.student_id] += [a.reward for a in g.scored]
     for mid in members:
-        own = [v.valid for j, v in zip(jobs, verdicts) if j.member_id == mid]
+        own = [r.valid for r in records if r.member_id == mid]
         if own:
             m[f"member/{mid}/valid_rate"] = mean(float(x) for x in own)
         if member_rewards.get(mid):
             m[f"member/{mid}/reward_mean"] = mean(member_rewards[mid])
     s_type: dict[str, list[Attempt]] = defaultdict(list)
     s_member: dict[str, list[Attempt]] = defaultdict(list)
-    for (sid, task, _), atts in zip(plan, attempts):
-        s_type[task.type] += atts
-        s_member[sid] += atts
+    for g in groups:
+        s_type[g.task.type] += g.scored
+        s_member[g.student_id] += g.scored
     for tt, atts in s_type.items():
+        if not atts:
+            continue
         m[f"student/{tt}/solve_rate"] = mean(a.score for a in atts)
         m[f"student/{tt}/format_rate"] = mean(float(a.format_ok) for a in atts)
         m[f"student/{tt}/reward_mean"] = mean(a.reward for a in atts)
     for sid, atts in s_member.items():
-        m[f"member/{sid}/solve_rate"] = mean(a.score for a in atts)
-    fresh_rho = [rho[(sid, t.id)] for sid, t, fresh in plan if fresh and (sid, t.id) in rho]
-    m["student/fresh_solve_rate"] = mean(fresh_rho)
-    m["teacher/valid_tasks"] = sum(1 for v in verdicts if v.valid)
-    m["teacher/proposals"] = len(verdicts)
+        if atts:
+            m[f"member/{sid}/solve_rate"] = mean(a.score for a in atts)
+    m["student/fresh_solve_rate"] = mean(g.rho for g in groups if g.fresh and g.rho is not None)
+    m["student/infra_errors"] = sum(len(g.attempts) - len(g.scored) for g in groups)
+    m["teacher/infra_errors"] = sum(1 for r in records if r.verdict is not None and r.verdict.reason == SANDBOX_ERROR)
+    m["teacher/valid_tasks"] = sum(1 for r in records if r.valid)
+    m["teacher/proposals"] = len(records)
     return m
 
 
@@ -292,24 +320,25 @@ def append_tasks(path: Path, tasks: list[Task]) -> None:
             f.write(json.dumps(t.to_json()) + "\n")
 
 
-def write_examples(path: Path, step: int, jobs, verdicts, plan, attempts, keep: int = 3) -> None:
+def write_examples(path: Path, step: int, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup],
+                   keep: int = 3) -> None:
     """A few proposals per step with their verdicts and the students' results, for humans."""
     solved: dict[str, list[bool]] = defaultdict(list)
-    for (_, task, _), atts in zip(plan, attempts):
-        solved[task.id] += [a.correct for a in atts]
+    for g in groups:
+        solved[g.task.id] += [a.correct for a in g.scored]
     rows, n_valid, n_invalid = [], 0, 0
-    for job, v in zip(jobs, verdicts):
-        if v.valid and v.task is not None and n_valid < keep:
+    for r in records:
+        if r.valid and n_valid < keep:
             n_valid += 1
-            t = v.task
-            rows.append({"step": step, "teacher": job.member_id, "type": t.type, "valid": True, "program": t.program,
+            t = r.task
+            rows.append({"step": step, "teacher": r.member_id, "type": t.type, "valid": True, "program": t.program,
                          "input": t.input or list(t.inputs), "output": t.output or list(t.outputs),
                          "message": t.message, "student_correct": sum(solved.get(t.id, [])),
                          "student_attempts": len(solved.get(t.id, []))})
-        elif not v.valid and n_invalid < 1:
+        elif not r.valid and n_invalid < 1:
             n_invalid += 1
-            rows.append({"step": step, "teacher": job.member_id, "type": job.task_type, "valid": False,
-                         "reason": v.reason})
+            rows.append({"step": step, "teacher": r.member_id, "type": r.job.task_type, "valid": False,
+                         "reason": r.verdict.reason if r.verdict else None})
     with open(path, "a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+        for row in rows:
+            f.write(json.dumps(row) + "\n")

@@ -1,0 +1,93 @@
+"""Typed records of one self-play step. They grow stage by stage::
+
+    ProposalRecord:  job -> + generation -> + proposal (parsed) -> + verdict -> + reward
+    SolveGroup:      (student, task, fresh) -> + generation -> + attempts (checked)
+
+Stages (``stages.py``) are pure functions from records to new records (``dataclasses.replace``);
+the loop only wires them. Every record is a plain dataclass of plain values, so ranks can gather
+them with torch.distributed's object collectives and tests can build them by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from populora.policy.base import GenerationResult
+from populora.tasks.records import Attempt, Proposal, Task, Verdict
+
+
+@dataclass(frozen=True)
+class ProposalJob:
+    """One teacher prompt: who writes, which task type, the question, and the code_f program."""
+
+    member_id: str
+    task_type: str
+    question: str
+    program: str | None = None
+
+
+@dataclass(frozen=True)
+class ProposalRecord:
+    """Everything about one teacher proposal of a step; later fields are None until their stage ran.
+
+    ``index`` is the proposal's position in the step (the same on every rank); it names the
+    proposal's prompt group (``p<index>``) and seeds its sampling.
+    """
+
+    index: int
+    job: ProposalJob
+    generation: GenerationResult | None = None  # None: not generated yet, or generation failed
+    proposal: Proposal | None = None
+    verdict: Verdict | None = None
+    reward: float | None = None
+
+    @property
+    def member_id(self) -> str:
+        return self.job.member_id
+
+    @property
+    def valid(self) -> bool:
+        return self.verdict is not None and self.verdict.valid and self.verdict.task is not None
+
+    @property
+    def task(self) -> Task | None:
+        return self.verdict.task if self.valid else None
+
+
+@dataclass(frozen=True)
+class SolveGroup:
+    """One task attempted by one student with n rollouts (a GRPO-style group).
+
+    ``fresh``: the task was proposed this step by the student's matched teacher (its solve rate is
+    the teacher's reward); else it tops the student's budget up from the buffers.
+    ``attempts`` holds one checked ``Attempt`` per completion; attempts whose checking failed for
+    infrastructure reasons (``infra_error``) are kept for the record but count for nothing.
+    """
+
+    index: int
+    student_id: str
+    task: Task
+    fresh: bool
+    generation: GenerationResult | None = None
+    attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def scored(self) -> list[Attempt]:
+        """Attempts that were really judged (not lost to an infrastructure error)."""
+        return [a for a in self.attempts if not is_infra_error(a)]
+
+    @property
+    def rho(self) -> float | None:
+        """Solve rate: the mean score of the judged attempts, None when there is none."""
+        scored = self.scored
+        return sum(a.score for a in scored) / len(scored) if scored else None
+
+
+SANDBOX_ERROR = "sandbox_error"  # the verifier itself failed (not the program under test)
+GENERATION_ERROR = "generation_error"  # the generation call failed: no completion to judge
+
+
+def is_infra_error(attempt: Attempt) -> bool:
+    """An attempt the verifier could not judge: it is neither right nor wrong (issue: a crash of
+    the checking sandbox must not be scored as the student's format failure)."""
+    return attempt.reason == SANDBOX_ERROR

@@ -1,0 +1,131 @@
+"""The pure stages of a step on small hand-made records (no model, no sandbox process: milliseconds)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from populora.config import load_config
+from populora.policy.base import Completion, GenerationResult
+from populora.population.members import Member
+from populora.population.ratings import Rating
+from populora.selfplay import stages
+from populora.selfplay.budget import Usage
+from populora.selfplay.records import SANDBOX_ERROR, ProposalJob, ProposalRecord, SolveGroup
+from populora.tasks.buffers import TaskBuffers
+from populora.tasks.records import Attempt, Task, Verdict
+
+CFG = load_config(None, ["selfplay.sequences_per_adapter=6", "selfplay.rollouts=3", "tasks.types=[code_o,code_i]",
+                         "population.teachers=1", "population.students=1"])
+R0 = Rating(25.0, 8.3)
+MEMBERS = {"t0": Member("t0", "teacher", "t0", R0), "s0": Member("s0", "student", "s0", R0)}
+
+
+def gen(text: str = "x", n: int = 1, tokens: tuple[int, ...] = (7, 8)) -> GenerationResult:
+    return GenerationResult([1, 2, 3], [Completion(list(tokens), text, [-0.1] * len(tokens), "stop") for _ in range(n)])
+
+
+def task(i: int, tt: str = "code_o") -> Task:
+    return Task(id=f"{tt}-{i}", type=tt, program=f"def f(x):\n    return x + {i}", input="1", output=repr(1 + i))
+
+
+def record(i: int, valid: bool = True, reason: str | None = None, g=True, tt: str = "code_o") -> ProposalRecord:
+    verdict = Verdict(True, None, task=task(i, tt)) if valid else Verdict(False, reason or "syntax_error")
+    return ProposalRecord(i, ProposalJob("t0", tt, "q"), gen() if g else None, None, verdict)
+
+
+def attempt(score: float, fmt: bool = True, reason: str | None = None) -> Attempt:
+    reward = {1.0: 1.0, 0.0: -0.5}[score] if fmt else -1.0
+    return Attempt("t", "s0", "c", (7,), "a", fmt, score == 1.0, score, reward if reason != SANDBOX_ERROR else 0.0,
+                   reason)
+
+
+def test_parse_proposals_reads_the_completion_and_marks_failed_generation():
+    text = "<answer>\n```python\ndef f(x):\n    return x\n```\n```input\n3\n```\n</answer>"
+    recs = [ProposalRecord(0, ProposalJob("t0", "code_o", "q"), gen(text)),
+            ProposalRecord(1, ProposalJob("t0", "code_o", "q"), None)]
+    out = stages.parse_proposals(recs, step=4)
+    assert out[0].proposal.program.startswith("def f(x)") and out[0].proposal.inputs == ("3",)
+    assert out[0].proposal.step == 4 and out[0].proposal.reason is None
+    assert out[1].proposal.reason == stages.GENERATION_ERROR
+    assert recs[0].proposal is None  # records are immutable: stages return new ones
+
+
+def test_solve_plan_attempts_every_fresh_task_then_tops_up_from_the_buffer():
+    buffers = TaskBuffers(capacity=16)
+    for i in range(10, 14):
+        buffers.add(task(i))
+    recs = [record(0), record(1, valid=False), record(2)]
+    groups = stages.solve_plan({"t0": "s0"}, recs, buffers, CFG, {"s0": 12}, random.Random(0))
+    assert [g.index for g in groups] == [0, 1, 2, 3]
+    assert [(g.task.id, g.fresh) for g in groups[:2]] == [("code_o-0", True), ("code_o-2", True)]
+    assert all(not g.fresh for g in groups[2:]) and len({g.task.id for g in groups}) == 4
+
+
+def test_solve_rate_ignores_attempts_the_verifier_lost():
+    g = SolveGroup(0, "s0", task(0), True, gen(n=3), (attempt(1.0), attempt(0.0), attempt(0.0, reason=SANDBOX_ERROR)))
+    assert g.rho == 0.5 and len(g.scored) == 2
+    lost = SolveGroup(1, "s0", task(1), True, gen(n=1), (attempt(0.0, reason=SANDBOX_ERROR),))
+    assert lost.rho is None and stages.solve_rates([g, lost]) == {("s0", "code_o-0"): 0.5}
+
+
+def test_teacher_rewards_from_validity_and_rho():
+    recs = [record(0), record(1), record(2, valid=False), record(3, valid=False, reason=SANDBOX_ERROR),
+            record(4, g=False), record(5)]
+    rho = {("s0", "code_o-0"): 0.25, ("s0", "code_o-1"): 1.0}  # task 5: its attempts were all lost
+    out = stages.teacher_rewards(recs, rho, {"t0": "s0"}, "populora")
+    assert [r.reward for r in out] == [0.75, 0.0, -1.0, None, None, None]
+    assert stages.teacher_rewards(recs[1:2], rho, {"t0": "s0"}, "azr")[0].reward == -0.5
+
+
+def test_training_batches_match_the_budget_and_skip_what_carries_no_signal():
+    recs = stages.teacher_rewards([record(0), record(1, valid=False), record(2, valid=False, reason=SANDBOX_ERROR)],
+                                  {("s0", "code_o-0"): 0.5}, {"t0": "s0"}, "populora")
+    # student budget: 6 sequences = 2 groups of 3; three fresh groups -> a seeded subset of two
+    groups = [SolveGroup(i, "s0", task(i), True, gen(n=3), (attempt(1.0), attempt(0.0), attempt(0.0)))
+              for i in range(3)]
+    groups.append(SolveGroup(3, "s0", task(9), False, gen(n=3), (attempt(1.0),) * 3))
+    usage = {m: Usage() for m in MEMBERS}
+    batches = stages.training_batches(MEMBERS, recs, groups, CFG, usage, random.Random(0))
+    assert [s.prompt_group for s in batches["t0"]] == ["p0", "p1"]  # the sandbox_error proposal is dropped
+    assert [s.reward for s in batches["t0"]] == [0.5, -1.0]
+    assert len(batches["s0"]) == 6 and usage["s0"].sequences == 6 and usage["s0"].rollouts == 12
+    assert {s.prompt_group for s in batches["s0"]} <= {"s0", "s1", "s2"}  # fresh groups before top-ups
+    again = stages.training_batches(MEMBERS, recs, groups, CFG, {m: Usage() for m in MEMBERS}, random.Random(0))
+    assert again == batches  # the subset is drawn from the step's seeded generator
+
+
+def test_training_batches_drop_attempts_lost_to_the_verifier():
+    groups = [SolveGroup(0, "s0", task(0), True, gen(n=3),
+                         (attempt(1.0), attempt(0.0, reason=SANDBOX_ERROR), attempt(0.0))),
+              SolveGroup(1, "s0", task(1), False, gen(n=3), (attempt(0.0, fmt=False),) * 3)]
+    usage = {m: Usage() for m in MEMBERS}
+    batches = stages.training_batches(MEMBERS, [], groups, CFG, usage, random.Random(0))
+    assert [s.reward for s in batches["s0"]] == [1.0, -0.5, -1.0, -1.0, -1.0]
+
+
+def test_check_without_a_working_verifier_marks_infrastructure_errors():
+    class Broken:
+        def run_many(self, programs):
+            raise OSError("down")
+
+    groups = [SolveGroup(0, "s0", task(0, "code_i"), True, gen("<answer>\n```input\n1\n```\n</answer>", n=2))]
+    metrics: dict = {}
+    out = stages.check(groups, Broken(), metrics)
+    assert metrics["errors/check"] == 1
+    assert [a.reason for a in out[0].attempts] == [SANDBOX_ERROR, SANDBOX_ERROR] and out[0].rho is None
+    m = stages.step_metrics(MEMBERS, [], out)
+    assert m["student/infra_errors"] == 2 and "member/s0/solve_rate" not in m
+
+
+def test_check_code_o_needs_no_sandbox_and_scores_each_rollout():
+    t = task(0)  # f(1) == 1
+    groups = [SolveGroup(0, "s0", t, True, GenerationResult([1], [
+        Completion([7], "<answer>\n```output\n1\n```\n</answer>", [-0.1], "stop"),
+        Completion([7], "<answer>\n```output\n2\n```\n</answer>", [-0.1], "stop"),
+        Completion([7], "no answer", [-0.1], "stop")]))]
+    out = stages.check(groups, None, {})
+    assert [(a.correct, a.format_ok, a.reward) for a in out[0].attempts] == [
+        (True, True, 1.0), (False, True, -0.5), (False, False, -1.0)]
+    assert out[0].rho == pytest.approx(1 / 3)
