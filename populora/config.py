@@ -97,6 +97,10 @@ class RunConfig:
     checkpoint_every: int = 1  # steps
     keep_checkpoints: int = 2
     tensorboard: bool = True  # write event files when tensorboard is installed
+    # A collective that waits longer than this fails the run (a dead or stuck rank). Ours: longer than
+    # the slowest phase imbalance between ranks of a 7B step (one rank still generating while another
+    # waits), short enough that a lost rank does not hold a node for hours.
+    collective_timeout_s: float = 1800.0
 
 
 @dataclass
@@ -242,6 +246,7 @@ def validate(cfg: Config) -> None:
         )
     _need(cfg.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
     _need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
+    _need(cfg.run.collective_timeout_s > 0, "run.collective_timeout_s", "must be > 0")
     _need(cfg.sandbox.workers >= 0, "sandbox.workers", "must be >= 0")
 
 

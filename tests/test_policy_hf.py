@@ -140,6 +140,12 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(backend):
     assert [x.token_ids for x in c[0].completions] == [x.token_ids for x in a[0].completions]
     d = backend.generate(reqs, SamplingParams(temperature=1.0, max_new_tokens=8, n=3, seed=12))
     assert [x.token_ids for x in d[0].completions] != [x.token_ids for x in a[0].completions]
+    # a request's own index seeds it: the second request alone, called with index=1, draws the same
+    # tokens as in the full call (how a rank serves its share of a step's requests)
+    e = backend.generate([Req(PROMPTS[2], "m1", index=1)], s)
+    assert [x.token_ids for x in e[0].completions] == [x.token_ids for x in a[1].completions]
+    f = backend.generate([Req(PROMPTS[2], "m1")], s)  # without it, its position (0) seeds it
+    assert [x.token_ids for x in f[0].completions] != [x.token_ids for x in a[1].completions]
 
 
 def test_stop_strings_and_length(backend):

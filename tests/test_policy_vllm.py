@@ -62,9 +62,10 @@ def test_member_names_are_made_path_safe(tmp_path):
 
 
 def test_request_seeds():
-    assert sampling_seeds(None, 3) == [None, None, None]
-    seeds = sampling_seeds(7, 4)
-    assert len(set(seeds)) == 4 and seeds == sampling_seeds(7, 4) and all(0 <= s < 2**31 for s in seeds)
+    assert sampling_seeds(None, [0, 1, 2]) == [None, None, None]
+    seeds = sampling_seeds(7, [0, 1, 2, 3])
+    assert len(set(seeds)) == 4 and seeds == sampling_seeds(7, [0, 1, 2, 3]) and all(0 <= s < 2**31 for s in seeds)
+    assert sampling_seeds(7, [2, 3]) == seeds[2:]  # a request's seed depends on its index, not on the call
 
 
 def test_module_imports_without_vllm_and_says_how_to_install():

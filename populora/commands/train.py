@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", help="run directory (default: runs/<name>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last good checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=_positive_int, default=0, metavar="W",
+                   help="start W local ranks with torch's launcher (torchrun) and run on all of them; "
+                        "on a GPU node, one per GPU (see docs/distributed.md)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. selfplay.steps=4")
     p.set_defaults(func=cmd_train)
 
@@ -30,20 +33,51 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=cmd_demo)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def launch_local_ranks(nproc: int, argv: list[str]) -> int:
+    """``populora train ARGV`` on ``nproc`` local ranks through torch's own launcher (torchrun)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(["--standalone", f"--nproc-per-node={nproc}", "--module", "populora.cli", "train", *argv])
+    except ChildFailedError as e:
+        print(f"populora train: a rank failed: {str(e).strip().splitlines()[0] if str(e).strip() else e}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from populora.config import ConfigError
+    from populora.distributed.env import rank_env
     from populora.selfplay.runner import train
 
     if not args.resume and not args.config:
         print("populora train: give --config PRESET.yaml (or --resume RUN_DIR)", file=sys.stderr)
         return 2
+    if args.nproc > 1:
+        argv = [*(["--config", args.config] if args.config else []), *(["--run-dir", args.run_dir] if args.run_dir else []),
+                *(["--resume", args.resume] if args.resume else []), *(["--quiet"] if args.quiet else []),
+                *args.overrides]
+        return launch_local_ranks(args.nproc, argv)
     try:
         summary = train(args.config, args.overrides, run_dir=args.resume or args.run_dir, resume=bool(args.resume),
                         progress=not args.quiet)
     except ConfigError as e:
         print(f"populora train: {e}", file=sys.stderr)
         return 2
-    print_summary(Path(summary["run_dir"]))
+    if rank_env().rank == 0:
+        print_summary(Path(summary["run_dir"]))
     return 0
 
 

@@ -57,10 +57,17 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One prompt (already formatted text) for one adapter (``None`` = base model)."""
+    """One prompt (already formatted text) for one adapter (``None`` = base model).
+
+    ``index``: the request's position in the caller's whole list of requests. With a seeded
+    ``SamplingParams`` it decides the request's sampling seed (default: its position in this call),
+    so a request's completions are the same whichever other requests share the call, e.g. when the
+    requests of a step are split over several ranks.
+    """
 
     prompt: str
     adapter: str | None = None
+    index: int | None = None
 
 
 @dataclass
@@ -146,6 +153,11 @@ class PolicyBackend(ABC):
         With ``with_grad`` the result is differentiable with respect to that adapter's LoRA
         parameters only; the base and all other adapters receive no gradient.
         """
+
+    @abstractmethod
+    def trainable_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
+        """The adapter's LoRA parameters (A and B of each module, in a fixed order): what its optimizer
+        steps and what ranks sharing a member sum gradients of."""
 
     @abstractmethod
     def optimizer_step(self, adapter: str, loss: torch.Tensor, *, max_grad_norm: float | None = None) -> float:

@@ -35,6 +35,7 @@ class Row:
     sample_index: int
     prompt_ids: list[int]
     adapter: str
+    seed_index: int | None = None  # the request's index for seeding (default: request_index)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
@@ -81,7 +82,7 @@ def decode_rows(
     if not sampling.greedy:
         gen_device = device if device.type == "cuda" else "cpu"
         gens = [
-            torch.Generator(device=gen_device).manual_seed(row_seed(base_seed, r.request_index, r.sample_index))
+            torch.Generator(device=gen_device).manual_seed(row_seed(base_seed, r.request_index if r.seed_index is None else r.seed_index, r.sample_index))
             for r in rows
         ]
     width = max(len(r.prompt_ids) for r in rows)

@@ -255,7 +255,7 @@ class HFBackend(PolicyBackend):
             if not p:
                 raise ValueError(f"request {i}: empty prompt")
         rows = [
-            Row(i, s, prompts[i], req.adapter if req.adapter is not None else BASE)
+            Row(i, s, prompts[i], req.adapter if req.adapter is not None else BASE, seed_index=req.index)
             for i, req in enumerate(requests)
             for s in range(sampling.n)
         ]

@@ -84,10 +84,10 @@ class LoraRegistry:
         return [None if a is None else self.current(a) for a in adapters]
 
 
-def sampling_seeds(seed: int | None, count: int) -> list[int | None]:
-    """Per-request seeds for vLLM: request ``i`` gets its own seed derived from ``seed``."""
+def sampling_seeds(seed: int | None, indices: list[int]) -> list[int | None]:
+    """Per-request seeds for vLLM: the request with index ``i`` gets its own seed derived from ``seed``."""
     from populora.policy.sampling import row_seed
 
     if seed is None:
-        return [None] * count
-    return [row_seed(seed, i, 0) & 0x7FFFFFFF for i in range(count)]
+        return [None] * len(indices)
+    return [row_seed(seed, i, 0) & 0x7FFFFFFF for i in indices]

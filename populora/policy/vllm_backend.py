@@ -181,7 +181,7 @@ class VLLMBackend(PolicyBackend):
                 seed=s,
                 logprobs=0,  # the sampled token's logprob only
             )
-            for s in sampling_seeds(sampling.seed, len(requests))
+            for s in sampling_seeds(sampling.seed, [i if r.index is None else r.index for i, r in enumerate(requests)])
         ]
         loras = [
             None if p is None else LoRARequest(p.lora_name, p.lora_int_id, str(p.path))

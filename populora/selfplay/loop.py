@@ -26,6 +26,11 @@ solves (AZR with one LoRA); it has no ratings and no evolution.
 
 All randomness of a step is drawn from generators seeded by ``(seed, step, purpose)``, so a run
 resumed from a checkpoint repeats exactly what an uninterrupted run would have done.
+
+On W ranks (``populora.distributed``) every rank runs this same loop: each generates for the members
+placed on it, validates and checks its round-robin share, gathers everyone's records, and computes
+matchmaking, rewards, ratings and evolution identically from them; each member is trained where it
+lives. One rank is the case W = 1, not a separate path (see docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -41,6 +47,8 @@ import numpy as np
 
 from populora.config import Config
 from populora.diagnostics.complexity import complexity_metrics
+from populora.distributed import placement as place
+from populora.distributed.comm import Comm, LocalComm
 from populora.policy import make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
@@ -49,7 +57,7 @@ from populora.population.members import LineageLog, Member, founder_record, foun
 from populora.sandbox import Sandbox, SandboxLimits
 from populora.selfplay import stages
 from populora.selfplay.budget import Usage, budget_for
-from populora.selfplay.train import train_member
+from populora.selfplay.train import MemberGroup, train_member
 from populora.tasks.buffers import TaskBuffers, seed_buffers
 from populora.tasks.validation import ValidationConfig
 
@@ -71,8 +79,9 @@ def step_rng(seed: int, step: int, purpose: int) -> random.Random:
 class SelfPlay:
     """State of a self-play run and its ``step``. Side effects: the backend and the sandbox."""
 
-    def __init__(self, cfg: Config, run_dir: str | Path):
+    def __init__(self, cfg: Config, run_dir: str | Path, comm: Comm | None = None):
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.comm = comm or LocalComm()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.validation = ValidationConfig(
             max_output_chars=cfg.tasks.max_output_chars,
@@ -86,26 +95,27 @@ class SelfPlay:
             memory_mb=sb.memory_mb,
             max_output_chars=cfg.tasks.max_output_chars,
         )
-        self.sandbox = Sandbox(limits=limits, workers=sb.workers or None)
-        self.backend = make_backend(cfg.policy, adamw=cfg.rl.adamw_kwargs())
+        # each rank's sandbox pool gets its share of the node's cores
+        workers = sb.workers or max(1, (os.cpu_count() or 1) // self.comm.local_world)
+        self.sandbox = Sandbox(limits=limits, workers=workers)
+        self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs())
         self.buffers: TaskBuffers = seed_buffers(self.sandbox, cfg.tasks.buffer_capacity, self.validation)
         self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
-        self.members: dict[str, Member] = {}
+        self.members: dict[str, Member] = {}  # in slot order (see populora.distributed.placement)
+        self.placement: dict[str, tuple[int, ...]] = {}
         self.step_done = 0
         self.events: list[dict] = []
         self.last_metrics: dict = {}
         self.on_stage = lambda name: None  # progress display hook (set by the runner)
+        founders_ = initial_members(cfg)
+        self._place([m.id for m in founders_])
         shapes = self.backend.module_shapes()
-        for i, member in enumerate(initial_members(cfg)):
-            weights = AdapterWeights.init(
-                shapes,
-                cfg.policy.lora.rank,
-                cfg.policy.lora.alpha,
-                b_init=cfg.policy.lora.init,
-                b_std=cfg.policy.lora.b_std,
-                seed=cfg.seed * 1000 + i,
-            )
-            self._add_member(member, weights)
+        for i, member in enumerate(founders_):
+            self.members[member.id] = member
+            if self._hosts(member.id):
+                lo = cfg.policy.lora
+                self.backend.add_adapter(member.adapter, AdapterWeights.init(
+                    shapes, lo.rank, lo.alpha, b_init=lo.init, b_std=lo.b_std, seed=cfg.seed * 1000 + i))
 
     @property
     def baseline(self) -> bool:
@@ -118,6 +128,7 @@ class SelfPlay:
         timings: dict[str, float] = {}
         usage = {mid: Usage() for mid in self.members}
         metrics: dict = {}
+        collective_s0 = self.comm.seconds
 
         # 1. matchmaking (PFSP over TrueSkill); the baseline agent plays against itself
         self.on_stage("matchmaking")
@@ -138,8 +149,9 @@ class SelfPlay:
         records = stages.proposal_jobs(teachers, self.buffers, cfg, lambda m: budget_for(cfg, m.role).proposals,
                                        step_rng(seed, step, RNG_PROPOSE))
         gens = self._generate([GenerationRequest(self._format(r.job.question) + self._prefill("teacher", r.job.task_type),
-                                                 self.members[r.member_id].adapter) for r in records],
-                              cfg.selfplay.teacher_sampling, 1, step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
+                                                 self.members[r.member_id].adapter, index=r.index) for r in records],
+                              [r.member_id for r in records], cfg.selfplay.teacher_sampling, 1,
+                              step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
         records = stages.with_generations(records, gens)
         timings["time/generate_s"] = time.perf_counter() - t
 
@@ -148,7 +160,8 @@ class SelfPlay:
         t = time.perf_counter()
         records = stages.parse_proposals(records, step, cfg.tasks.require_answer_tag,
                                          lambda task_type: self._prefill("teacher", task_type))
-        records = stages.validate(records, self.sandbox, self.validation, metrics)
+        records = self._split(records, lambda share: stages.validate(share, self.sandbox, self.validation, metrics),
+                              metrics)
         timings["time/validate_s"] = time.perf_counter() - t
 
         # 4. solve: matched students attempt fresh valid tasks (+ buffer top-up), ONE generate call
@@ -159,8 +172,8 @@ class SelfPlay:
                                    step_rng(seed, step, RNG_SOLVE))
         s_gens = self._generate([GenerationRequest(self._format(stages.student_question(g.task))
                                                    + self._prefill("student", g.task.type),
-                                                   self.members[g.student_id].adapter) for g in groups],
-                                cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
+                                                   self.members[g.student_id].adapter, index=g.index) for g in groups],
+                                [g.student_id for g in groups], cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
                                 step_seed(seed, step, RNG_GEN_S), metrics, "student")
         groups = stages.with_generations(groups, s_gens)
         timings["time/solve_s"] = time.perf_counter() - t
@@ -168,8 +181,9 @@ class SelfPlay:
         # 5. check answers (sandboxed where execution is needed); solve rate rho per task
         self.on_stage("check")
         t = time.perf_counter()
-        groups = stages.check(groups, self.sandbox, metrics, cfg.tasks.require_answer_tag,
-                              lambda task: self._prefill("student", task.type))
+        groups = self._split(groups, lambda share: stages.check(share, self.sandbox, metrics, cfg.tasks.require_answer_tag,
+                                                                lambda task: self._prefill("student", task.type)),
+                             metrics)
         rho = stages.solve_rates(groups)
         timings["time/check_s"] = time.perf_counter() - t
 
@@ -189,8 +203,7 @@ class SelfPlay:
         self.on_stage("train")
         t = time.perf_counter()
         batches = stages.training_batches(self.members, records, groups, cfg, usage, step_rng(seed, step, RNG_SELECT))
-        for mid, batch in batches.items():
-            stats = train_member(self.backend, self.members[mid].adapter, batch, cfg.rl, cfg.policy.train_micro_batch)
+        for mid, stats in self._train(batches).items():
             usage[mid].optimizer_steps += stats.pop("optimizer_steps")
             metrics.update({f"train/{mid}/{k}": v for k, v in stats.items()})
         timings["time/train_s"] = time.perf_counter() - t
@@ -209,7 +222,8 @@ class SelfPlay:
         self.on_stage("buffers")
         valid_tasks = [r.task for r in records if r.valid]
         metrics["buffer/added"] = sum(self.buffers.add(task) for task in valid_tasks)
-        stages.append_tasks(self.run_dir / "tasks.jsonl", valid_tasks)
+        if self.comm.is_main:
+            stages.append_tasks(self.run_dir / "tasks.jsonl", valid_tasks)
         metrics.update(complexity_metrics(valid_tasks, lambda tid: self.members[tid].role if tid in self.members
                                           else "teacher"))
         metrics.update({f"buffer/{tt}/size": len(self.buffers[tt]) for tt in cfg.tasks.types})
@@ -220,8 +234,10 @@ class SelfPlay:
             for m in self.members.values():
                 metrics[f"member/{m.id}/mu"] = m.rating.mu
                 metrics[f"member/{m.id}/sigma"] = m.rating.sigma
+        timings["time/collectives_s"] = self.comm.seconds - collective_s0
         metrics.update(timings)
-        stages.write_examples(self.run_dir / "examples.jsonl", step, records, groups)
+        if self.comm.is_main:
+            stages.write_examples(self.run_dir / "examples.jsonl", step, records, groups)
         self.step_done = step
         self.last_metrics = metrics
         return metrics
@@ -242,48 +258,118 @@ class SelfPlay:
             return ""
         return (TEACHER_PREFILL if role == "teacher" else STUDENT_PREFILL)[task_type]
 
-    def _generate(self, requests, sc, n: int, seed: int, metrics: dict, role: str):
-        """One mixed-adapter generate call; a failure is recorded and yields no completions."""
+    def _generate(self, requests, owners, sc, n: int, seed: int, metrics: dict, role: str):
+        """One mixed-adapter generate call per rank for the requests of the members it hosts (a member
+        spread over a group splits its requests over the group); results gathered in request order.
+        A failure is recorded and yields no completions for that rank's requests."""
         if not requests:
             return []
         sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
                                   n=n, seed=seed)
-        try:
-            return self.backend.generate(requests, sampling)
-        except Exception as e:  # a generation failure must not kill the run: this step trains on less
-            log.exception("generation failed for %d %s requests", len(requests), role)
-            metrics[f"errors/{role}/generate"] = 1
-            metrics[f"errors/{role}/generate_reason"] = f"{type(e).__name__}: {str(e)[:200]}"
-            return [None] * len(requests)
+        share = place.mine(place.assign_by_member(owners, self.placement), self.comm.rank)
+        local, error = [None] * len(share), None
+        if share:
+            try:
+                local = self.backend.generate([requests[i] for i in share], sampling)
+            except Exception as e:  # a generation failure must not kill the run: this step trains on less
+                log.exception("generation failed for %d %s requests", len(share), role)
+                error = f"{type(e).__name__}: {str(e)[:200]}"
+        out = [None] * len(requests)
+        for part_share, part, part_error in self.comm.gather((share, local, error)):
+            for i, result in zip(part_share, part):
+                out[i] = result
+            if part_error is not None:
+                metrics[f"errors/{role}/generate"] = 1
+                metrics[f"errors/{role}/generate_reason"] = part_error
+        return out
+
+    def _split(self, records, stage, metrics: dict):
+        """Run ``stage`` on this rank's round-robin share of ``records``; gather every rank's results
+        (and the metrics the stage recorded) back into record order."""
+        share = place.mine(place.round_robin(len(records), self.comm.world), self.comm.rank)
+        local_metrics: dict = {}
+        done = stage([records[i] for i in share]) if share else []
+        if metrics is not None:
+            local_metrics = {k: v for k, v in metrics.items() if k.startswith("errors/")}
+        out = list(records)
+        for part_share, part, part_metrics in self.comm.gather((share, done, local_metrics)):
+            for i, r in zip(part_share, part):
+                out[i] = r
+            metrics.update(part_metrics)
+        return out
+
+    def _train(self, batches: dict) -> dict[str, dict]:
+        """One policy update per member, where it lives; every rank gets every member's statistics."""
+        local: dict[str, dict] = {}
+        for mid, batch in batches.items():
+            ranks = self.placement[mid]
+            if self.comm.rank not in ranks:
+                continue
+            group = MemberGroup(self.comm, ranks) if len(ranks) > 1 else None
+            stats = train_member(self.backend, self.members[mid].adapter, batch, self.cfg.rl,
+                                 self.cfg.policy.train_micro_batch, group)
+            if self.comm.rank == ranks[0]:
+                local[mid] = stats
+        merged: dict[str, dict] = {}
+        for part in self.comm.gather(local):
+            merged.update(part)
+        return {mid: merged[mid] for mid in batches}  # in the same order on every rank
+
+    def _place(self, slots: list[str]) -> None:
+        self.placement = place.place(slots, self.comm.world)
+        self.comm.prepare_groups(self.placement)
+
+    def _hosts(self, member_id: str) -> bool:
+        return self.comm.rank in self.placement[member_id]
+
+    def _weights_of(self, member_id: str) -> AdapterWeights:
+        """A member's current weights on every rank (a broadcast from the rank that owns it)."""
+        src = place.leader(self.placement, member_id)
+        mine = self.backend.get_weights(self.members[member_id].adapter) if self.comm.rank == src else None
+        return self.comm.broadcast_weights(mine, src)
 
     def _evolve(self, step: int) -> int:
-        """Replace the weakest of each role by children; returns how many were replaced."""
+        """Replace the weakest of each role by children; returns how many were replaced.
+
+        Every rank makes the same decisions and children (same ratings, same seeded generator, parents'
+        weights broadcast from their owners); a child takes its predecessor's slot and ranks.
+        """
         rng = step_rng(self.cfg.seed, step, RNG_EVOLVE)
         births = []
+        by_id = {m.id: m for m in self.members.values()}
         for role in ("teacher", "student"):
             births += evolution.replace_weakest(
                 list(self.members.values()), role, step, self.cfg.evolution, self.cfg.ratings, rng,
-                get_weights=self.backend.get_weights,
+                get_weights=lambda adapter: self._weights_of(next(m.id for m in by_id.values() if m.adapter == adapter)),
             )
         for birth in births:
-            old = self.members.pop(birth.replaced.id)
-            self.backend.remove_adapter(old.adapter)
-            self._add_member(birth.child, birth.weights)  # fresh adapter name, fresh optimizer state
-            self.lineage.append([birth.record])
+            old = birth.replaced
+            ranks = self.placement.pop(old.id)
+            if self.comm.rank in ranks:
+                self.backend.remove_adapter(old.adapter)
+                self.backend.add_adapter(birth.child.adapter, birth.weights)  # fresh optimizer state
+            self.members = {(birth.child.id if mid == old.id else mid): (birth.child if mid == old.id else m)
+                            for mid, m in self.members.items()}
+            self.placement = {mid: self.placement.get(mid, ranks) for mid in self.members}
+            if self.comm.is_main:
+                self.lineage.append([birth.record])
             self.events.append(birth.record)
         return len(births)
 
-    def _add_member(self, member: Member, weights: AdapterWeights) -> None:
-        self.backend.add_adapter(member.adapter, weights)
-        self.members[member.id] = member
-
     # -- persistence -------------------------------------------------------------------------------
     def record_births(self) -> None:
-        self.lineage.append([founder_record(m) for m in self.members.values()])
+        if self.comm.is_main:
+            self.lineage.append([founder_record(m) for m in self.members.values()])
+
+    def led_members(self) -> list[Member]:
+        """The members this rank speaks for (writes their checkpoint and export files)."""
+        return [m for m in self.members.values() if place.leader(self.placement, m.id) == self.comm.rank]
 
     def checkpoint_payload(self) -> tuple[dict, dict, dict]:
-        adapters = {m.adapter: self.backend.get_weights(m.adapter) for m in self.members.values()}
-        opt = {m.adapter: self.backend.optimizer_state(m.adapter) for m in self.members.values()}
+        """(adapters and optimizer states of the members this rank leads, the run state)."""
+        led = self.led_members()
+        adapters = {m.adapter: self.backend.get_weights(m.adapter) for m in led}
+        opt = {m.adapter: self.backend.optimizer_state(m.adapter) for m in led}
         state = {
             "members": [m.to_dict() for m in self.members.values()],
             "buffers": self.buffers.to_json(),
@@ -293,24 +379,31 @@ class SelfPlay:
         return adapters, opt, state
 
     def restore(self, ckpt) -> None:
+        """Members in their saved slot order, placed on this run's ranks (the world size may differ from
+        the run that saved it); each rank loads the adapters and optimizer states of its members."""
         for name in list(self.backend.adapter_names()):
             self.backend.remove_adapter(name)
-        self.members = {}
-        for d in ckpt.state["members"]:
-            m = Member.from_dict(d)
-            self._add_member(m, ckpt.adapters[m.adapter])
-            self.backend.load_optimizer_state(m.adapter, ckpt.optimizer_states[m.adapter])
+        self.members = {d["id"]: Member.from_dict(d) for d in ckpt.state["members"]}
+        self._place(list(self.members))
+        for m in self.members.values():
+            if self._hosts(m.id):
+                self.backend.add_adapter(m.adapter, ckpt.adapters[m.adapter])
+                self.backend.load_optimizer_state(m.adapter, ckpt.optimizer_states[m.adapter])
         self.buffers = TaskBuffers.from_json(ckpt.state["buffers"])
         self.events = list(ckpt.state.get("events", []))
         self.last_metrics = dict(ckpt.state.get("last_metrics", {}))
         self.step_done = ckpt.step
 
     def export_final(self, run_dir: Path) -> None:
-        """Final adapters as PEFT directories + members.json (what evaluation reads)."""
-        out = []
-        for m in self.members.values():
+        """Final adapters as PEFT directories (each by the rank that leads it) + members.json (rank 0)."""
+        for m in self.led_members():
             self.backend.get_weights(m.adapter).save_peft(run_dir / "adapters" / m.id,
                                                           base_model_name_or_path=self.cfg.policy.model)
+        self.comm.barrier()
+        if not self.comm.is_main:
+            return
+        out = []
+        for m in self.members.values():
             # evaluation reads the single agent of a baseline run as the role "baseline"
             out.append({"id": m.id, "role": "baseline" if self.baseline else m.role, "adapter_dir": f"adapters/{m.id}",
                         "mu": None if self.baseline else m.rating.mu,
@@ -345,6 +438,18 @@ class SelfPlay:
     def close(self) -> None:
         self.sandbox.close()
         self.backend.close()
+
+
+def rank_policy(policy, comm: Comm):
+    """The policy config of this rank: with several ranks on a GPU node, rank i uses its own GPU."""
+    if comm.world == 1 or policy.device in ("cpu",) or policy.device.startswith("cuda:"):
+        return policy
+    import torch
+
+    if policy.device == "auto" and not torch.cuda.is_available():
+        return policy
+    n = torch.cuda.device_count()
+    return policy.replace(device=f"cuda:{comm.local_rank % n}" if n > 1 else "cuda:0")
 
 
 def initial_members(cfg: Config) -> list[Member]:

@@ -33,7 +33,8 @@ from populora.jsonl import truncate_jsonl
 from populora.selfplay.metrics import MetricsLog
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
-RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard")
+RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard",
+                  "run.collective_timeout_s")
 
 
 class StopFlag:
@@ -55,8 +56,12 @@ class StopFlag:
         self.signal = signum
 
 
-def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | None, resume: bool) -> tuple[Config, Path]:
-    """Resolve the config and the run directory; refuse to clobber an existing run."""
+def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | None, resume: bool,
+                create: bool = True) -> tuple[Config, Path]:
+    """Resolve the config and the run directory; refuse to clobber an existing run.
+
+    ``create=False`` (ranks other than 0 of a multi-rank run) only reads: rank 0 creates the directory.
+    """
     if resume:
         if run_dir is None:
             raise ConfigError("--resume needs the run directory")
@@ -76,6 +81,9 @@ def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | No
         return cfg, rd
     cfg = load_config(config_file, overrides)
     rd = Path(run_dir) if run_dir else run_dir_of(cfg)
+    if not create:
+        cfg.run.dir = str(rd)
+        return cfg, rd
     if (rd / "config.yaml").exists():
         raise ConfigError(f"{rd} already holds a run; use `populora train --resume {rd}` or choose another run.dir")
     cfg.run.dir = str(rd)
@@ -88,33 +96,52 @@ def train(
     config_file: str | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     run_dir: str | None = None,
-    resume: bool = False,
+    resume: bool | str = False,
     *,
     handle_signals: bool = True,
     progress: bool = True,
 ) -> dict:
-    """Run (or resume) one training run; return its summary dict.
+    """Run (or resume) one training run on this process's rank; return its summary dict.
 
+    ``resume="auto"`` resumes when the run directory already holds a run, else starts it (the
+    decision is rank 0's, shared with every rank). Under torchrun or ``srun`` every rank calls this;
+    rank 0 owns the run directory's files, each rank writes the checkpoint files of its members.
     Resuming a run that already finished all its steps is a no-op returning the existing summary.
     """
+    from populora.distributed.env import init_comm, rank_env
     from populora.selfplay.loop import SelfPlay  # heavy imports (torch, transformers) only here
 
-    cfg, rd = prepare_run(config_file, list(overrides), run_dir, resume)
+    env = rank_env()
+    comm = init_comm(_comm_device(config_file, list(overrides), run_dir, resume),
+                     _peek_timeout(config_file, list(overrides), run_dir, resume), env)
+    try:
+        if resume == "auto":
+            resume = comm.gather(_has_run(run_dir) if comm.is_main else None)[0]
+        cfg, rd = prepare_run(config_file, list(overrides), run_dir, bool(resume), create=comm.is_main)
+        comm.barrier()  # rank 0 has created the run directory
+        return _train(cfg, rd, bool(resume), comm, SelfPlay, handle_signals=handle_signals,
+                      progress=progress and comm.is_main)
+    finally:
+        comm.close()
+
+
+def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signals: bool, progress: bool) -> dict:
     ckpt = load_latest(rd / "checkpoints") if resume else None
     start = ckpt.step if ckpt else 0
     summary_file = rd / "summary.json"
     if resume and summary_file.exists() and start >= cfg.selfplay.steps:
         return json.loads(summary_file.read_text())
 
-    metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard)
-    # Lines written after the checkpoint we resume from are redone: drop them first.
-    metrics.truncate_after(start)
-    for name in ("lineage.jsonl", "examples.jsonl", "tasks.jsonl"):
-        truncate_jsonl(rd / name, lambda row: row.get("step", 0) <= start)
+    metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard) if comm.is_main else None
+    if comm.is_main:
+        # Lines written after the checkpoint we resume from are redone: drop them first.
+        metrics.truncate_after(start)
+        for name in ("lineage.jsonl", "examples.jsonl", "tasks.jsonl"):
+            truncate_jsonl(rd / name, lambda row: row.get("step", 0) <= start)
 
     stop = StopFlag()
     old_handlers = stop.install() if handle_signals else {}
-    sp = SelfPlay(cfg, rd)
+    sp = SelfPlay(cfg, rd, comm)
     status = "finished"
     try:
         if ckpt:
@@ -132,29 +159,68 @@ def train(
             if ckpt_seconds is not None:  # the previous checkpoint's cost, reported one step late
                 row["time/checkpoint_s"] = ckpt_seconds
             # Metrics first, then the checkpoint: a crash in between leaves a line that resume drops.
-            metrics.log(step, row)
+            if metrics is not None:
+                metrics.log(step, row)
             ckpt_seconds = None
-            if step % cfg.run.checkpoint_every == 0 or step == cfg.selfplay.steps or stop:
+            stopping = comm.any(bool(stop))  # every rank stops after the same step
+            if step % cfg.run.checkpoint_every == 0 or step == cfg.selfplay.steps or stopping:
                 tc = time.perf_counter()
-                _save(sp, rd, step, cfg)
+                _save(sp, rd, step, cfg, comm)
                 last_saved, ckpt_seconds = step, time.perf_counter() - tc
             bar.set_postfix_str(_progress_line(row))
-            if stop and step < cfg.selfplay.steps:
-                status = f"interrupted by signal {signal.Signals(stop.signal).name}"
+            if stopping and step < cfg.selfplay.steps:
+                sig = stop.signal or signal.SIGTERM  # the signal reached another rank
+                status = f"interrupted by signal {signal.Signals(sig).name}"
                 break
         if last_saved != sp.step_done and sp.step_done > 0:
-            _save(sp, rd, sp.step_done, cfg)
+            _save(sp, rd, sp.step_done, cfg, comm)
         sp.export_final(rd)
         summary = sp.summary(status)
-        tmp = summary_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
-        os.replace(tmp, summary_file)
+        if comm.is_main:
+            tmp = summary_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+            os.replace(tmp, summary_file)
+        comm.barrier()
         return summary
     finally:
         sp.close()
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
+
+
+def _has_run(run_dir: str | None) -> bool:
+    return run_dir is not None and (Path(run_dir) / "config.yaml").exists()
+
+
+def _peek(config_file, overrides, run_dir, resume) -> Config | None:
+    """The run's config as this rank can read it before the run directory is set up (no side effects)."""
+    try:
+        if resume and run_dir and (Path(run_dir) / "config.yaml").exists():
+            return config_from_yaml_text((Path(run_dir) / "config.yaml").read_text())
+        if config_file:
+            return load_config(config_file, overrides)
+    except ConfigError:
+        return None  # prepare_run reports it
+    return None
+
+
+def _peek_timeout(config_file, overrides, run_dir, resume) -> float:
+    cfg = _peek(config_file, overrides, run_dir, resume)
+    return cfg.run.collective_timeout_s if cfg else Config().run.collective_timeout_s
+
+
+def _comm_device(config_file, overrides, run_dir, resume) -> str:
+    """The device collectives use: CUDA for runs on GPUs (NCCL), else CPU (gloo)."""
+    cfg = _peek(config_file, overrides, run_dir, resume)
+    device = cfg.policy.device if cfg else "cpu"
+    if device.startswith("cuda") or device == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+    return "cpu"
 
 
 def _progress_line(row: dict) -> str:
@@ -164,8 +230,13 @@ def _progress_line(row: dict) -> str:
     return f"valid {fmt(valid)} solve {fmt(solve)} step {row['time/step_s']:.1f}s"
 
 
-def _save(sp, rd: Path, step: int, cfg: Config) -> None:
+def _save(sp, rd: Path, step: int, cfg: Config, comm) -> None:
     adapters, opt_states, state = sp.checkpoint_payload()
-    save_checkpoint(
-        rd / "checkpoints", step, adapters, opt_states, state, keep=cfg.run.keep_checkpoints, base_model=cfg.policy.model
-    )
+    parts = comm.gather((adapters, opt_states))
+    if comm.is_main:
+        for a, o in parts[1:]:
+            adapters.update(a)
+            opt_states.update(o)
+        save_checkpoint(rd / "checkpoints", step, adapters, opt_states, state, keep=cfg.run.keep_checkpoints,
+                        base_model=cfg.policy.model)
+    comm.barrier()

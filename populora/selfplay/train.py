@@ -47,20 +47,57 @@ def _denominator(batch, aggregation: str) -> float:
     return float(len(batch) * max(1, max(len(s.completion_ids) for s in batch)))
 
 
-def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micro_batch: int) -> dict:
+class MemberGroup:
+    """The ranks that train one member together (a member whose group spans several ranks).
+
+    ``position`` is this rank's place in the group; ``comm`` the run's communicator. The group's
+    ranks each take every ``size``-th sequence of the member's batch, sum their LoRA gradients and
+    statistics over the group, and take the same optimizer step.
+    """
+
+    def __init__(self, comm, ranks: tuple[int, ...]):
+        self.comm, self.ranks = comm, tuple(ranks)
+        self.position = self.ranks.index(comm.rank)
+
+    def share(self, n: int) -> list[int]:
+        return list(range(self.position, n, len(self.ranks)))
+
+    def sum_stats(self, stats: dict[str, float]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for part in self.comm.gather_in(self.ranks, stats):
+            for k, v in part.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def sum_grads(self, params: list[torch.nn.Parameter]) -> None:
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        self.comm.sum_in(self.ranks, flat)
+        at = 0
+        for p in params:
+            n = p.grad.numel()
+            p.grad.copy_(flat[at:at + n].view_as(p.grad))
+            at += n
+
+
+def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micro_batch: int,
+                 group: MemberGroup | None = None) -> dict:
     """Advantages, loss over micro-batches of ``micro_batch`` sequences, one optimizer step.
 
-    Returns stats (stable names).
+    With a ``group`` (several ranks train this member) this rank computes the loss of its share of
+    the batch only; advantages and the loss denominator are those of the whole batch, so the summed
+    gradients are the whole batch's. Returns stats (stable names), the same on every rank of a group.
     """
     adv = advantages_of(batch, rl)
     before = backend.get_weights(adapter)
     mbs = max(1, micro_batch)
     denom = _denominator(batch, rl.aggregation)
-    totals: dict[str, float] = {}
-    total_loss = 0.0
-    chunks = [list(range(i, min(i + mbs, len(batch)))) for i in range(0, len(batch), mbs)]
-    loss = None
-    for k, idx in enumerate(chunks):
+    mine = group.share(len(batch)) if group is not None else list(range(len(batch)))
+    totals: dict[str, float] = {"loss/total": 0.0}
+    for start in range(0, len(mine), mbs):
+        idx = mine[start:start + mbs]
         seqs = [batch[i] for i in idx]
         tl = backend.completion_logprobs(
             adapter, [s.prompt_ids for s in seqs], [s.completion_ids for s in seqs],
@@ -71,11 +108,15 @@ def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micr
             tl.logprobs, old, adv[idx].to(tl.logprobs.device), tl.mask, entropy=tl.entropy,
             denominator=denom, **rl.loss_kwargs(),
         )
-        total_loss += float(loss.detach())
+        totals["loss/total"] += float(loss.detach())
         for name, v in stats.items():
             totals[name] = totals.get(name, 0.0) + float(v) * len(idx)
-        if k < len(chunks) - 1:
-            loss.backward()  # accumulate; the last chunk's backward happens in optimizer_step
+        if not math.isfinite(totals["loss/total"]):
+            break  # the update is dropped below; no backward through a broken graph
+        loss.backward()  # gradients accumulate over micro-batches; one optimizer step below
+    if group is not None:
+        totals = group.sum_stats(totals)
+    total_loss = totals.pop("loss/total")
     out = {f"{k}": v / len(batch) for k, v in totals.items() if k not in ("tokens", "sequences")}
     out["loss/total"] = total_loss
     out["adv/std"] = float(adv.std()) if len(adv) > 1 else 0.0
@@ -85,7 +126,9 @@ def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micr
         _restore(backend, adapter, before, "non-finite loss")
         out.update({"nan_restored": 1, "optimizer_steps": 0})
         return out
-    out["grad_norm"] = backend.optimizer_step(adapter, loss, max_grad_norm=rl.max_grad_norm)
+    if group is not None:
+        group.sum_grads(backend.trainable_parameters(adapter))
+    out["grad_norm"] = backend.optimizer_step(adapter, None, max_grad_norm=rl.max_grad_norm)
     out["optimizer_steps"] = 1
     if not math.isfinite(out["grad_norm"]) or not backend.get_weights(adapter).is_finite():
         _restore(backend, adapter, before, "non-finite weights after the update")
