@@ -24,6 +24,9 @@ from typing import Any
 from jobs.profiles import ClusterProfile, ProfileError
 
 
+_WARNED: set[Path] = set()  # images a dry run has warned about (once each)
+
+
 class ContainerImageError(FileNotFoundError):
     """The profile's container image does not exist on the submitting machine."""
 
@@ -32,12 +35,18 @@ class SlurmUnavailableError(RuntimeError):
     """A ``slurm`` profile was used where no Slurm client answers."""
 
 
-def image_path(profile: ClusterProfile) -> Path:
+def image_path(profile: ClusterProfile, check: bool = True) -> Path:
     """The container image as an absolute path (relative paths are taken from the current
-    directory), checked to exist: a missing image fails here, not in a queued job."""
+    directory), checked to exist: a missing image fails here, not in a queued job. ``check=False``
+    (a dry run, which submits nothing) only warns."""
     assert profile.container is not None
     path = Path(profile.container.image).expanduser().absolute()
-    if not path.exists():
+    if not path.exists() and not check:
+        if path not in _WARNED:
+            _WARNED.add(path)
+            print(f"warning: container image {path} does not exist yet (build it with `make container` "
+                  "before submitting)", file=sys.stderr)
+    elif not path.exists():
         raise ContainerImageError(
             f"profile '{profile.name}' ({profile.source}): container.image {path} does not exist; "
             "build it first (`make container`) or point container.image at an existing image"
@@ -45,12 +54,12 @@ def image_path(profile: ClusterProfile) -> Path:
     return path
 
 
-def container_python(profile: ClusterProfile) -> str:
+def container_python(profile: ClusterProfile, check_image: bool = True) -> str:
     """The shell command that replaces ``python`` in the job script, for the profile's container."""
     spec = profile.container
     if spec is None:
         raise ProfileError(f"profile '{profile.name}' ({profile.source}) has no container")
-    image = str(image_path(profile))
+    image = str(image_path(profile, check_image))
     if spec.runtime == "apptainer":
         parts = ["apptainer", "exec", "--nv"]
         if spec.binds:
@@ -67,9 +76,9 @@ def container_python(profile: ClusterProfile) -> str:
     raise ProfileError(f"profile '{profile.name}': container.runtime '{spec.runtime}' unknown")
 
 
-def job_python(profile: ClusterProfile) -> str:
+def job_python(profile: ClusterProfile, check_image: bool = True) -> str:
     """The interpreter command of a job: the container's, or this process's Python."""
-    return container_python(profile) if profile.container else shlex.quote(sys.executable)
+    return container_python(profile, check_image) if profile.container else shlex.quote(sys.executable)
 
 
 def _export_line(key: str, value: str) -> str:
@@ -84,10 +93,12 @@ def _mem(mem_gb: float) -> str:
     return f"{int(mem_gb)}GB" if mem_gb == int(mem_gb) else f"{int(mem_gb * 1024)}MB"
 
 
-def slurm_parameters(profile: ClusterProfile, name: str, dependency: str | None = None) -> dict[str, Any]:
+def slurm_parameters(profile: ClusterProfile, name: str, dependency: str | None = None,
+                     tasks: bool = True) -> dict[str, Any]:
     """The profile as ``SlurmExecutor.update_parameters`` keywords (Slurm's own names).
 
-    GPUs are asked as ``--gres=gpu:N`` per node: one training run takes one whole node."""
+    GPUs are asked as ``--gres=gpu:N`` per node; ``tasks`` (training jobs) starts the profile's
+    ``tasks_per_node`` ranks on each node (evaluation jobs run one task)."""
     params: dict[str, Any] = {
         "job_name": name,
         "partition": profile.partition,
@@ -102,6 +113,8 @@ def slurm_parameters(profile: ClusterProfile, name: str, dependency: str | None 
             params[key] = getattr(profile, key)
     if profile.gpus_per_node:
         params["gres"] = f"gpu:{profile.gpus_per_node}"
+    if tasks and profile.tasks_per_node > 1:
+        params["ntasks_per_node"] = profile.tasks_per_node
     if profile.mem_gb:
         params["mem"] = _mem(profile.mem_gb)
     if profile.exclusive:
@@ -149,7 +162,7 @@ def preflight(profile: ClusterProfile) -> None:
 
 
 def make_executor(profile: ClusterProfile, folder: str | Path, name: str = "populora",
-                  dependency: str | None = None):
+                  dependency: str | None = None, tasks: bool = True):
     """A submitit executor that runs jobs as the profile says. ``folder`` holds submitit's pickles
     and logs (it may contain ``%j``); ``dependency`` is a Slurm dependency such as
     ``afterok:123_0`` (only for ``slurm`` profiles: local executors have no scheduler)."""
@@ -166,16 +179,17 @@ def make_executor(profile: ClusterProfile, folder: str | Path, name: str = "popu
         executor = submitit.LocalExecutor(folder, max_num_timeout=profile.max_num_timeout, python=python)
         setup = [_export_line(k, v) for k, v in profile.env.items()] + list(profile.setup)
         executor.update_parameters(timeout_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
-                                   signal_delay_s=profile.signal_delay_s, setup=setup)
+                                   signal_delay_s=profile.signal_delay_s, setup=setup,
+                                   tasks_per_node=profile.tasks_per_node if tasks else 1)
         return executor
     require_slurm(profile)
     executor = submitit.SlurmExecutor(folder, max_num_timeout=profile.max_num_timeout, python=python)
-    executor.update_parameters(**slurm_parameters(profile, name, dependency))
+    executor.update_parameters(**slurm_parameters(profile, name, dependency, tasks))
     return executor
 
 
 def sbatch_script(profile: ClusterProfile, folder: str | Path, name: str = "populora",
-                  array_size: int | None = None, dependency: str | None = None) -> str:
+                  array_size: int | None = None, dependency: str | None = None, tasks: bool = True) -> str:
     """The sbatch script a ``SlurmExecutor`` from this profile would submit (an array of
     ``array_size`` tasks when given). Works without a Slurm client; used by ``--dry-run``."""
     # submitit's private script renderer is the very function SlurmExecutor calls to write the
@@ -185,8 +199,9 @@ def sbatch_script(profile: ClusterProfile, folder: str | Path, name: str = "popu
     if profile.executor != "slurm":
         raise ProfileError(f"profile '{profile.name}' uses the {profile.executor} executor: no sbatch script")
     folder = Path(folder).expanduser().absolute()
-    command = " ".join([job_python(profile), "-u -m submitit.core._submit", shlex.quote(str(folder))])
-    params = slurm_parameters(profile, name, dependency)
+    command = " ".join([job_python(profile, check_image=False), "-u -m submitit.core._submit",
+                        shlex.quote(str(folder))])
+    params = slurm_parameters(profile, name, dependency, tasks)
     if array_size is not None and array_size > 1:
         params["map_count"] = array_size
     return _make_sbatch_string(command=command, folder=folder, **params)

@@ -34,6 +34,7 @@ class Stage:
     calls: list[Callable[[], Any]]
     labels: list[str]
     after: list[tuple[str, int | None]] = field(default_factory=list)
+    multi_task: bool = False  # training: the profile's tasks_per_node ranks per node; else one task
 
     def __post_init__(self) -> None:
         if not self.calls or len(self.calls) != len(self.labels):
@@ -100,7 +101,8 @@ def render_plan(stages: Sequence[Stage]) -> str:
         profile = _with_dependency_flags(stage.profile, dependency is not None)
         tasks = ", ".join(stage.labels)
         parts.append(f"### stage {stage.key}: {len(stage.calls)} task(s): {tasks}\n")
-        parts.append(sbatch_script(profile, stage.folder, stage.name, len(stage.calls), dependency))
+        parts.append(sbatch_script(profile, stage.folder, stage.name, len(stage.calls), dependency,
+                                   tasks=stage.multi_task))
     return "\n".join(parts)
 
 
@@ -123,7 +125,7 @@ def submit_plan(stages: Sequence[Stage], on_submit: Callable[[SubmittedStage], N
                     job.result()
             dependency = None
         profile = _with_dependency_flags(stage.profile, dependency is not None)
-        executor = make_executor(profile, stage.folder, stage.name, dependency)
+        executor = make_executor(profile, stage.folder, stage.name, dependency, tasks=stage.multi_task)
         if len(stage.calls) == 1:
             jobs = [executor.submit(stage.calls[0])]
         else:

@@ -51,7 +51,12 @@ class ClusterProfile:
     """Resources and wrapping of one job. ``time_min`` is the wall-clock limit of one job;
     ``signal_delay_s`` is how long before that limit Slurm sends USR2 (checkpoint and requeue);
     ``max_num_timeout`` bounds the requeues after time limits; ``max_retries`` is how many
-    times a failed evaluation shard is retried before it is reported as failed."""
+    times a failed evaluation shard is retried before it is reported as failed.
+    ``tasks_per_node`` is the number of ranks a training job starts on each node (one per GPU on a
+    GPU node: ``gpus_per_node``); evaluation jobs always run one task.
+
+    The profile's ``cpus_per_task`` and ``mem_gb`` are per task and per job as Slurm reads them;
+    ``with_gpus(k)`` gives the profile of a job that uses only k GPUs of a node (see docs/hpc.md)."""
 
     name: str
     executor: str = "slurm"
@@ -60,6 +65,7 @@ class ClusterProfile:
     qos: str | None = None
     nodes: int = 1
     gpus_per_node: int = 0
+    tasks_per_node: int = 1  # ranks per node: a training job runs nodes x tasks_per_node ranks (one per GPU)
     cpus_per_task: int = 1
     mem_gb: float | None = None
     time_min: int = 60
@@ -79,10 +85,33 @@ class ClusterProfile:
         """A copy with some fields changed (profiles are frozen)."""
         return dataclasses.replace(self, **changes)
 
+    @property
+    def ranks(self) -> int:
+        """Ranks of a training job on this profile."""
+        return self.nodes * self.tasks_per_node
+
+    def with_gpus(self, gpus: int) -> ClusterProfile:
+        """The profile of a training job that uses ``gpus`` GPUs (one rank each) of one node.
+
+        A job that uses a whole node keeps the profile; a smaller one asks for just its GPUs
+        (``--gres=gpu:k``, k ranks, not exclusive, the memory of k of the profile's ranks) so that
+        Slurm packs several such jobs on one node.
+        """
+        if gpus < 1:
+            raise ProfileError(f"profile '{self.name}': a run needs at least one GPU, got {gpus}")
+        if self.gpus_per_node and gpus == self.gpus_per_node * self.nodes:
+            return self
+        if self.gpus_per_node and gpus > self.gpus_per_node:
+            raise ProfileError(f"profile '{self.name}' ({self.source}): {gpus} GPUs do not fit one node of "
+                               f"{self.gpus_per_node} GPUs")
+        mem = self.mem_gb * gpus / (self.nodes * self.tasks_per_node) if self.mem_gb else None
+        return self.replace(nodes=1, gpus_per_node=gpus if self.gpus_per_node else 0, tasks_per_node=gpus,
+                            exclusive=False, mem_gb=mem, name=f"{self.name}[{gpus} GPU]")
+
 
 _PROFILE_KEYS = tuple(f.name for f in dataclasses.fields(ClusterProfile) if f.name not in ("name", "source"))
 _CONTAINER_KEYS = tuple(f.name for f in dataclasses.fields(ContainerSpec))
-_INT_KEYS = ("nodes", "gpus_per_node", "cpus_per_task", "time_min", "signal_delay_s", "max_num_timeout",
+_INT_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "time_min", "signal_delay_s", "max_num_timeout",
              "max_retries", "array_parallelism")
 
 

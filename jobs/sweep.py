@@ -11,7 +11,12 @@ A sweep file (``configs/sweeps/<name>.yaml``) names a config preset and the grid
     seed_key: seed                  # config key that receives the seed
     grid: {rl.lr: [1.0e-5, 3.0e-5]} # any config key -> list of values (cartesian product)
     overrides: [selfplay.steps=200] # applied to every run, before population / seed / grid
+    gpus: {1t1s: 2, baseline: 2}    # GPUs (= ranks) per run of a population; others: the profile's
     eval: {benchmarks: [code, math], shards: 4, max_retries: 2, args: [--model, /models/qwen-7b]}
+
+A training job runs one rank per GPU (the profile's ``tasks_per_node``). Populations listed under
+``gpus`` ask Slurm for just that many GPUs of a node (``--gres=gpu:k``, not exclusive), so Slurm packs
+several of them on one node; they are submitted as their own training array (``train:<k>gpu``).
 
 Overrides are opaque ``key=value`` strings handed to the training command; every run's config is
 validated with ``populora.config.load_config`` before anything is submitted.
@@ -53,7 +58,7 @@ POPULATIONS: dict[str, tuple[str, ...]] = {
     "baseline": ("population.teachers=1", "population.students=1", "population.baseline=true"),
 }
 SPEC_KEYS = ("name", "config", "profile", "eval_profile", "populations", "seeds", "seed_key", "grid",
-             "overrides", "eval", "out")
+             "overrides", "gpus", "eval", "out")
 EVAL_KEYS = ("benchmarks", "shards", "max_retries", "args")
 MANIFEST = "manifest.json"
 
@@ -66,6 +71,7 @@ class SweepError(ValueError):
 class RunSpec:
     name: str
     overrides: tuple[str, ...]
+    gpus: int | None = None  # None: the training profile's whole allocation
 
 
 @dataclass
@@ -80,6 +86,7 @@ class SweepSpec:
     seed_key: str = "seed"
     grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     overrides: tuple[str, ...] = ()
+    gpus: dict[str, int] = field(default_factory=dict)  # population -> GPUs (ranks) per run
     benchmarks: tuple[str, ...] = ("code", "math")
     shards: int = 1
     max_retries: int | None = None
@@ -144,6 +151,15 @@ def spec_from_dict(data: dict[str, Any], source: str = "<dict>") -> SweepSpec:
     if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
         raise SweepError(f"{where}: overrides must be a list of key=value strings, got {overrides!r}")
     spec.overrides = tuple(overrides)
+    gpus = data.get("gpus") or {}
+    if not isinstance(gpus, dict):
+        raise SweepError(f"{where}: gpus must be a mapping population -> GPUs per run, got {gpus!r}")
+    for pop, k in gpus.items():
+        if pop not in spec.populations:
+            raise SweepError(f"{where}: gpus.{pop}: no such population; populations: {', '.join(spec.populations)}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SweepError(f"{where}: gpus.{pop} must be an integer >= 1, got {k!r}")
+    spec.gpus = {str(k): int(v) for k, v in gpus.items()}
     ev = data.get("eval") or {}
     if not isinstance(ev, dict):
         raise SweepError(f"{where}: eval must be a mapping, got {ev!r}")
@@ -191,7 +207,7 @@ def expand_runs(spec: SweepSpec) -> list[RunSpec]:
         name = re.sub(r"[^A-Za-z0-9._=-]", "_", name)
         overrides = (*spec.overrides, *spec.populations[pop], f"{spec.seed_key}={seed}",
                      *(f"{k}={_value_text(v)}" for k, v in zip(keys, values)))
-        runs.append(RunSpec(name, overrides))
+        runs.append(RunSpec(name, overrides, spec.gpus.get(pop)))
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise SweepError(f"sweep {spec.name}: two runs got the same name; rename populations or grid values")
@@ -247,15 +263,33 @@ def build_plan(spec: SweepSpec, sweep_dir: str | Path | None = None, profile: st
     if validate:
         validate_run_configs(config, runs)
     run_dirs = {r.name: sweep_dir / "runs" / r.name for r in runs}
-    train = Stage(
-        key="train", name=f"{spec.name}-train", profile=train_profile, folder=sweep_dir / "logs" / "train" / "%j",
-        calls=[TrainingJob(run_dirs[r.name], str(config), r.overrides, entry=entry) for r in runs],
-        labels=[r.name for r in runs],
-    )
+    trains, after = training_stages(spec, runs, run_dirs, config, train_profile, sweep_dir, entry)
     evals = evaluation_stages(run_dirs, spec.benchmarks, spec.shards, sweep_dir / "leaderboard", eval_prof,
-                              sweep_dir / "logs", after={r.name: ("train", i) for i, r in enumerate(runs)},
-                              max_retries=spec.max_retries, extra=spec.eval_args, prefix=spec.name)
-    return SweepPlan(spec, sweep_dir, runs, [train, *evals], train_profile, eval_prof)
+                              sweep_dir / "logs", after=after, max_retries=spec.max_retries, extra=spec.eval_args,
+                              prefix=spec.name)
+    return SweepPlan(spec, sweep_dir, runs, [*trains, *evals], train_profile, eval_prof)
+
+
+def training_stages(spec: SweepSpec, runs: Sequence[RunSpec], run_dirs: dict[str, Path], config: Path,
+                    profile: ClusterProfile, sweep_dir: Path, entry) -> tuple[list[Stage], dict[str, tuple[str, int]]]:
+    """One training array per GPU count: ``train`` (the profile's whole allocation) and
+    ``train:<k>gpu`` for runs placed on k GPUs; returns the stages and each run's (stage, index)."""
+    groups: dict[int | None, list[RunSpec]] = {}
+    for r in runs:
+        groups.setdefault(r.gpus, []).append(r)
+    stages, after = [], {}
+    for gpus in sorted(groups, key=lambda g: (g is not None, g or 0)):
+        members = groups[gpus]
+        key = "train" if gpus is None else f"train:{gpus}gpu"
+        prof = profile if gpus is None else profile.with_gpus(gpus)
+        stages.append(Stage(
+            key=key, name=f"{spec.name}-{key.replace(':', '-')}", profile=prof,
+            folder=sweep_dir / "logs" / key.replace(":", "-") / "%j",
+            calls=[TrainingJob(run_dirs[r.name], str(config), r.overrides, entry=entry) for r in members],
+            labels=[r.name for r in members], multi_task=True,
+        ))
+        after.update({r.name: (key, i) for i, r in enumerate(members)})
+    return stages, after
 
 
 def _stage_record(sub: SubmittedStage) -> dict[str, Any]:
@@ -334,7 +368,8 @@ def describe_submission(manifest: dict[str, Any]) -> str:
 def describe_plan(plan: SweepPlan) -> str:
     lines = [f"sweep {plan.spec.name}: {len(plan.runs)} run(s) -> {plan.sweep_dir}",
              f"profile {plan.profile.name} ({plan.profile.source}); eval profile {plan.eval_profile.name}"]
-    lines += [f"  run {r.name}: {' '.join(r.overrides)}" for r in plan.runs]
+    lines += [f"  run {r.name} ({'the profile' + chr(39) + 's allocation' if r.gpus is None else f'{r.gpus} GPU'}): "
+              f"{' '.join(r.overrides)}" for r in plan.runs]
     return "\n".join(lines)
 
 

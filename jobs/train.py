@@ -30,13 +30,16 @@ def resolve_entry(entry: str) -> Callable[..., dict]:
     return getattr(importlib.import_module(module), attr)
 
 
-def has_started(run_dir: str | Path) -> bool:
-    """True when the run directory already holds a run (its saved ``config.yaml``, a checkpoint or
-    a summary): the job must resume it, not start it again."""
-    run = Path(run_dir)
-    checkpoints = run / "checkpoints"
-    return ((run / "config.yaml").exists() or (run / "summary.json").exists()
-            or (checkpoints.is_dir() and any(checkpoints.iterdir())))
+def export_rank_environment() -> None:
+    """In a job of several tasks (ranks), torch's ``env://`` variables from submitit's job environment
+    (``TorchDistributedEnvironment``: master = the job's first host, port from the job id), each rank
+    seeing only its own GPU. A job of one task needs nothing."""
+    try:
+        env = submitit.JobEnvironment()
+    except RuntimeError:  # not inside a submitit job (a direct call)
+        return
+    if env.num_tasks > 1:
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=True)
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -46,7 +49,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
     ignored once the run directory holds a checkpoint, because the run's saved config wins on
     resume. ``entry`` names the training function (``module:function`` with the signature of
     ``populora.selfplay.runner.train(config_file, overrides, run_dir, resume, *, handle_signals)
-    -> dict``); a callable can be given instead of the name.
+    -> dict``, ``resume="auto"``); a callable can be given instead of the name. In a job of several
+    tasks every task is one rank of the run (see docs/distributed.md).
     """
 
     def __init__(self, run_dir: str | Path, config_file: str | None = None, overrides: Sequence[str] = (),
@@ -58,11 +62,12 @@ class TrainingJob(submitit.helpers.Checkpointable):
 
     def __call__(self, resume: bool = False) -> dict[str, Any]:
         train = resolve_entry(self.entry) if isinstance(self.entry, str) else self.entry
+        export_rank_environment()
         # handle_signals=False: submitit's own USR2 handler must stay installed (it calls
         # checkpoint() and requeues); the loop's handler would swallow the signal and end the job.
-        if resume or has_started(self.run_dir):
-            return train(None, [], self.run_dir, True, handle_signals=False)
-        return train(self.config_file, list(self.overrides), self.run_dir, False, handle_signals=False)
+        # "auto": rank 0 looks at the run directory and every rank follows (ranks start together,
+        # so they must not each decide from a directory that rank 0 may be creating).
+        return train(self.config_file, list(self.overrides), self.run_dir, "auto", handle_signals=False)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on USR2. Nothing to save: the loop checkpoints every step

@@ -103,7 +103,9 @@ def test_plain_sbatch_scripts_match_the_paper_profiles(script, profile, tmp_path
     paper = load_profile(profile)
     generated = sbatch_directives(sbatch_script(paper.replace(container=None), tmp_path / "%j"))
     written = sbatch_directives((REPO / "slurm" / script).read_text())
-    for key in ("partition", "nodes", "gres", "cpus-per-task", "mem", "time", "exclusive"):
+    tasks = script != "eval_array.sbatch"  # training scripts start one rank per GPU
+    generated = sbatch_directives(sbatch_script(paper.replace(container=None), tmp_path / "%j", tasks=tasks))
+    for key in ("partition", "nodes", "ntasks-per-node", "gres", "cpus-per-task", "mem", "time", "exclusive"):
         assert written.get(key) == generated.get(key), (script, key)
     assert written["signal"].split(":")[-1] == generated["signal"]  # B:USR2@300 == USR2@300 but to the shell
     if script != "eval_array.sbatch":

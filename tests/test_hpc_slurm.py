@@ -63,6 +63,8 @@ def counter_train(config_file, overrides, run_dir, resume, *, handle_signals=Tru
     """Stand-in training loop: ``steps`` steps of ``sleep`` seconds, an atomic checkpoint after
     each, resume from the last; the final ``value`` depends on every step (like weights)."""
     rd, ck = Path(run_dir), Path(run_dir) / "checkpoints"
+    if resume == "auto":  # the runner's rule: a run directory with a saved config is resumed
+        resume = (rd / "config.json").exists()
     if not resume:
         rd.mkdir(parents=True, exist_ok=True)
         ck.mkdir(exist_ok=True)

@@ -16,7 +16,7 @@ from jobs import evaluate, sweep
 from jobs.plan import Stage, render_plan, submit_plan
 from jobs.profiles import load_profile
 from jobs.status import expand_job_id, format_table, parse_sacct, status_rows
-from jobs.train import TrainingJob, has_started
+from jobs.train import TrainingJob
 
 REPO = Path(__file__).resolve().parent.parent
 # Functions of this module run in subprocesses (local executor), where it cannot be imported.
@@ -27,6 +27,8 @@ SWEEPS = REPO / "configs" / "sweeps"
 def counter_train(config_file, overrides, run_dir, resume, *, handle_signals=True):
     """Stand-in with the training runner's contract (see tests/test_hpc_slurm.py)."""
     rd = Path(run_dir)
+    if resume == "auto":  # the runner's rule: a run directory with a saved config is resumed
+        resume = (rd / "config.json").exists()
     if not resume:
         (rd / "checkpoints").mkdir(parents=True)
         (rd / "config.json").write_text(json.dumps(list(overrides)))
@@ -103,10 +105,14 @@ def test_dry_run_prints_every_sbatch_script(tmp_path):
     plan = sweep.build_plan(sweep.load_spec(SWEEPS / "tiny-ci.yaml"), tmp_path / "sw")
     assert (plan.profile.name, plan.eval_profile.name) == ("ci", "ci-eval")
     text = sweep.dry_run_text(plan)
-    assert text.count("#!/bin/bash") == 4  # training array, 2 evaluation arrays, leaderboard
-    assert "#SBATCH --array=0-1%2" in text and text.count("#SBATCH --gres=gpu:8") == 1  # one node per run
+    # two training jobs (the baseline on the profile's node, 1T1S on 2 of its GPUs as 2 ranks),
+    # 2 evaluation arrays, the leaderboard
+    assert text.count("#!/bin/bash") == 5
+    assert "### stage train: 1 task(s): baseline-s0" in text and "### stage train:2gpu: 1 task(s): 1t1s-s0" in text
+    assert text.count("#SBATCH --gres=gpu:8") == 1 and text.count("#SBATCH --gres=gpu:2") == 1
+    assert text.count("#SBATCH --ntasks-per-node=2") == 1 and "#SBATCH --mem=4GB" in text
     assert text.count("#SBATCH --gres=gpu:1") == 3
-    assert "#SBATCH --dependency=afterok:JOBID.train_0" in text and "#SBATCH --dependency=afterok:JOBID.train_1" in text
+    assert "#SBATCH --dependency=afterok:JOBID.train.2gpu\n" in text and "#SBATCH --dependency=afterok:JOBID.train\n" in text
     assert "#SBATCH --dependency=afterok:JOBID.eval.1t1s-s0:JOBID.eval.baseline-s0" in text
     assert "#SBATCH --kill-on-invalid-dep=yes" in text
     assert "population.baseline=true" in text
@@ -119,8 +125,9 @@ def test_missing_image_is_an_error_before_anything_is_written(tmp_path):
     s = sweep.load_spec(SWEEPS / "tiny-ci.yaml")
     paper = load_profile("paper-8xh100")
     broken = paper.replace(container=paper.container.__class__(image=str(tmp_path / "missing.sif")))
-    with pytest.raises(ContainerImageError, match="missing.sif does not exist"):
-        sweep.dry_run_text(sweep.build_plan(s, tmp_path / "sw", broken, validate=False))
+    # a dry run submits nothing: it warns and prints the scripts
+    text = sweep.dry_run_text(sweep.build_plan(s, tmp_path / "sw", broken, validate=False))
+    assert "missing.sif" in text and "#SBATCH --ntasks-per-node=8" in text
     # Only the evaluation profile is broken: still nothing is submitted or written.
     local_with_image = broken.replace(executor="local", partition=None)
     plan = sweep.build_plan(s, tmp_path / "sw", "debug", eval_profile=local_with_image, validate=False)
@@ -156,9 +163,8 @@ def test_debug_sweep_runs_stages_in_order_and_writes_manifest(tmp_path, monkeypa
 
 def test_training_job_resumes_and_finished_run_is_a_noop(tmp_path):
     job = TrainingJob(tmp_path / "r", None, ["a=1"], entry=counter_train)
-    assert not has_started(tmp_path / "r")
     first = job()
-    assert first["resumed"] is False and has_started(tmp_path / "r")
+    assert first["resumed"] is False and (tmp_path / "r" / "config.json").exists()
     assert job() == first  # finished: the same summary, nothing rerun
     resubmission = job.checkpoint()
     assert resubmission.kwargs == {"resume": True} and resubmission.function is job

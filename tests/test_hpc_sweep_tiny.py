@@ -1,8 +1,8 @@
-"""The real thing on the test cluster: `populora sweep` of the `tiny` preset (1T1S + baseline) as a
-training array asking --gres=gpu:8 like the paper profile, one run preempted mid-way with
-`scancel --signal=USR2`, evaluation arrays, the leaderboard job; and slurm/train.sbatch preempted
-the same way. Preempted runs must end with the same final adapters as an unpreempted run, and
-sacct must show every job COMPLETED."""
+"""The real thing on the test cluster: `populora sweep` of the `tiny` preset: the baseline as a job
+asking --gres=gpu:8 like the paper profile, 1T1S as a 2-rank job (2 tasks, --gres=gpu:2) preempted
+mid-way with `scancel --signal=USR2`, evaluation arrays, the leaderboard job; and slurm/train.sbatch
+with 2 ranks (srun) preempted the same way. Preempted runs must end with the same final adapters as
+an unpreempted one-rank run, with every step logged once, and sacct must show every job COMPLETED."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_tiny_sweep_with_preemption_produces_a_leaderboard(tmp_path, reference_1
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout)
     manifest = json.loads((sw / "manifest.json").read_text())
-    train = next(st for st in manifest["stages"] if st["key"] == "train")
+    train = next(st for st in manifest["stages"] if st["key"] == "train:2gpu")
     task = next(t for t in train["tasks"] if t["label"] == "1t1s-s0")
     run_dir = sw / "runs" / "1t1s-s0"
 
@@ -126,11 +126,18 @@ def test_tiny_sweep_with_preemption_produces_a_leaderboard(tmp_path, reference_1
     assert status.returncode == 0, status.stderr
     rows = status_of(sw)
     assert all(r["state"] == "COMPLETED" for r in rows), format_table(rows) + failed_logs(sw, rows)
-    assert {r["stage"] for r in rows} == {"train", "eval:1t1s-s0", "eval:baseline-s0", "leaderboard"}
+    assert {r["stage"] for r in rows} == {"train", "train:2gpu", "eval:1t1s-s0", "eval:baseline-s0", "leaderboard"}
     assert "REQUEUED" in sacct_attempts(task["job_id"])  # it really was preempted and requeued
     assert any((sw / "leaderboard").iterdir()), "leaderboard job wrote nothing"
 
     assert_same_adapters(run_dir, reference_1t1s.path())
+    assert_every_step_once(run_dir)
+
+
+def assert_every_step_once(run_dir: Path) -> None:
+    """No step lost or repeated: the resumed attempt went on from the last checkpoint."""
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1)) and steps, steps
 
 
 def test_plain_train_sbatch_requeues_and_resumes(tmp_path, reference_1t1s):
@@ -139,7 +146,8 @@ def test_plain_train_sbatch_requeues_and_resumes(tmp_path, reference_1t1s):
     env = {**os.environ, **ONE_THREAD, "POPULORA_LAUNCH": "",
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     submit = subprocess.run(
-        ["sbatch", "--parsable", "--partition=debug", "--cpus-per-task=1", "--mem=2G", "--time=60",
+        ["sbatch", "--parsable", "--partition=debug", "--ntasks-per-node=2", "--gres=gpu:2",
+         "--cpus-per-task=1", "--mem=4G", "--time=60",
          f"--output={tmp_path}/train-%j.out", str(REPO / "slurm" / "train.sbatch"),
          str(REPO / "configs" / "tiny.yaml"), str(run_dir), *overrides],
         capture_output=True, text=True, env=env, cwd=REPO, check=True)
@@ -153,8 +161,9 @@ def test_plain_train_sbatch_requeues_and_resumes(tmp_path, reference_1t1s):
         assert time.monotonic() < deadline, (states, _log(tmp_path))
         time.sleep(2)
     assert "REQUEUED" in sacct_attempts(job_id), _log(tmp_path)
-    assert "--resume" in _log(tmp_path)
+    assert "--resume" in _log(tmp_path) and "2 rank(s)" in _log(tmp_path)
     assert_same_adapters(run_dir, reference_1t1s.path())
+    assert_every_step_once(run_dir)
 
 
 def failed_logs(sw: Path, rows: list[dict]) -> str:

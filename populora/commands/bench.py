@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, str] = {
     "operators": "populora.bench.operators",
     "step": "populora.bench.step",
     "eval": "populora.bench.eval",
+    "distributed": "populora.bench.distributed",
 }
 
 

@@ -103,8 +103,9 @@ def train(
 ) -> dict:
     """Run (or resume) one training run on this process's rank; return its summary dict.
 
-    ``resume="auto"`` resumes when the run directory already holds a run, else starts it (the
-    decision is rank 0's, shared with every rank). Under torchrun or ``srun`` every rank calls this;
+    ``resume="auto"`` resumes when the run directory already holds a run (then ``config_file`` and
+    ``overrides`` are ignored: the run's saved config wins), else starts it; the decision is rank 0's,
+    shared with every rank. Under torchrun or ``srun`` every rank calls this;
     rank 0 owns the run directory's files, each rank writes the checkpoint files of its members.
     Resuming a run that already finished all its steps is a no-op returning the existing summary.
     """
@@ -117,6 +118,8 @@ def train(
     try:
         if resume == "auto":
             resume = comm.gather(_has_run(run_dir) if comm.is_main else None)[0]
+            if resume:
+                config_file, overrides = None, []
         cfg, rd = prepare_run(config_file, list(overrides), run_dir, bool(resume), create=comm.is_main)
         comm.barrier()  # rank 0 has created the run directory
         return _train(cfg, rd, bool(resume), comm, SelfPlay, handle_signals=handle_signals,
