@@ -44,9 +44,8 @@ def test_members_spread_over_ranks_and_groups_when_fewer_than_ranks():
     assert place.place(slots, 1) == {m: (0,) for m in slots}
 
 
-def test_work_assignment_by_member_and_round_robin():
+def test_work_assignment_round_robin_and_leaders():
     p = {"t0": (0,), "a0": (1, 2)}
-    assert place.assign_by_member(["t0", "a0", "a0", "t0", "a0"], p) == [0, 1, 2, 0, 1]
     assert place.mine(place.round_robin(5, 2), 1) == [1, 3]
     assert place.leader(p, "a0") == 1
 
@@ -177,3 +176,21 @@ def test_a_killed_rank_fails_the_job_fast_and_resume_at_two_or_one_rank_finishes
     _assert_same_run(one_rank, rd)
     _train(copy, [], nproc=1, resume=True)
     _assert_same_run(one_rank, copy)
+
+
+# -- the cost model (pure arithmetic) ----------------------------------------------------------------
+def test_cost_model_counts_what_a_step_exchanges():
+    from populora.config import load_config
+    from populora.distributed.cost import QWEN25_7B, lora_params, step_cost
+
+    assert lora_params(QWEN25_7B, 32) == 80_740_352  # rank 32 x 90,112 x 28 layers
+    cfg = load_config(ROOT / "configs" / "4t4s-7b.yaml")
+    one, eight = step_cost(cfg, 1), step_cost(cfg, 8)
+    assert one["records_gathered_per_rank"] == one["weights_broadcast_per_rank"] == 0  # nothing to exchange
+    assert eight["weights_broadcast_per_rank"] == 8 * 4 * 80_740_352  # every updated adapter, fp32, to every rank
+    assert eight["gradients_allreduced_per_rank"] == 0  # one member per GPU: no groups
+    assert eight["training_s"] == pytest.approx(one["training_s"] / 8)
+    assert eight["generation_s"] >= eight["generation_floor_s"]  # a phase waits for its longest sequence
+    assert 1 < one["step_s"] / eight["step_s"] < 8
+    base = step_cost(load_config(ROOT / "configs" / "baseline-7b.yaml"), 8)
+    assert base["gradients_allreduced_per_rank"] == pytest.approx(2 * 7 / 8 * 4 * 80_740_352)  # a group of 8

@@ -1,17 +1,19 @@
-"""Where members live and which rank does which piece of a step's work. Pure functions.
+"""Where members train and which rank does which piece of a step's work. Pure functions.
 
-A run has W ranks (one per GPU, or per CPU process). Its P members (teachers and students; the
-single-agent baseline has one) are placed by *slot*, the member's position in the population: an
-evolved child takes the slot, and so the ranks, of the member it replaces.
+A run has W ranks (one per GPU, or per CPU process). Every rank holds every member's adapter weights
+(for generation); a member's *training* (its optimizer state, its update) lives on the ranks of its
+placement. Its P members (teachers and students; the single-agent baseline has one) are placed by
+*slot*, the member's position in the population: an evolved child takes the slot, and so the ranks,
+of the member it replaces.
 
-- P >= W: slot k lives on rank ``k mod W`` (members are listed teachers first, so both roles are
+- P >= W: slot k trains on rank ``k mod W`` (members are listed teachers first, so both roles are
   spread as evenly as they can be).
 - P < W: slot k owns a *group* of consecutive ranks (sizes differ by at most one); the member's
-  generation requests and training sequences are split over its group, and its LoRA gradients are
-  summed over the group before every rank of the group takes the same optimizer step.
+  training sequences are split over its group, and its LoRA gradients are summed over the group
+  before every rank of the group takes the same optimizer step.
 
-Work that is not tied to a member (validation, answer checking) is dealt round robin over all ranks.
-Every rank computes the same placement from the same member list, so no rank needs to be told.
+Generation requests, validations and answer checks are dealt round robin over all ranks. Every rank
+computes the same placement from the same member list, so no rank needs to be told.
 """
 
 from __future__ import annotations
@@ -45,19 +47,6 @@ def hosted(placement: Mapping[str, tuple[int, ...]], rank: int) -> list[str]:
 def leader(placement: Mapping[str, tuple[int, ...]], member: str) -> int:
     """The rank that speaks for a member: writes its checkpoint files and sends its weights."""
     return placement[member][0]
-
-
-def assign_by_member(owners: Sequence[str], placement: Mapping[str, tuple[int, ...]]) -> list[int]:
-    """The rank that serves each item owned by ``owners[i]``: the j-th item of a member goes to the
-    (j mod group size)-th rank of its group."""
-    seen: dict[str, int] = {}
-    out = []
-    for mid in owners:
-        ranks = placement[mid]
-        j = seen.get(mid, 0)
-        seen[mid] = j + 1
-        out.append(ranks[j % len(ranks)])
-    return out
 
 
 def round_robin(n: int, world: int) -> list[int]:

@@ -27,10 +27,11 @@ solves (AZR with one LoRA); it has no ratings and no evolution.
 All randomness of a step is drawn from generators seeded by ``(seed, step, purpose)``, so a run
 resumed from a checkpoint repeats exactly what an uninterrupted run would have done.
 
-On W ranks (``populora.distributed``) every rank runs this same loop: each generates for the members
-placed on it, validates and checks its round-robin share, gathers everyone's records, and computes
-matchmaking, rewards, ratings and evolution identically from them; each member is trained where it
-lives. One rank is the case W = 1, not a separate path (see docs/distributed.md).
+On W ranks (``populora.distributed``) every rank runs this same loop and holds every member's adapter
+weights: each generates, validates and checks its round-robin share of the step's requests, gathers
+everyone's records, and computes matchmaking, rewards, ratings and evolution identically from them;
+each member is trained where it lives (its optimizer state stays there), then its new weights are
+broadcast to every rank. One rank is the case W = 1, not a separate path (see docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -110,12 +111,11 @@ class SelfPlay:
         founders_ = initial_members(cfg)
         self._place([m.id for m in founders_])
         shapes = self.backend.module_shapes()
+        lo = cfg.policy.lora
         for i, member in enumerate(founders_):
             self.members[member.id] = member
-            if self._hosts(member.id):
-                lo = cfg.policy.lora
-                self.backend.add_adapter(member.adapter, AdapterWeights.init(
-                    shapes, lo.rank, lo.alpha, b_init=lo.init, b_std=lo.b_std, seed=cfg.seed * 1000 + i))
+            self.backend.add_adapter(member.adapter, AdapterWeights.init(
+                shapes, lo.rank, lo.alpha, b_init=lo.init, b_std=lo.b_std, seed=cfg.seed * 1000 + i))
 
     @property
     def baseline(self) -> bool:
@@ -150,8 +150,7 @@ class SelfPlay:
                                        step_rng(seed, step, RNG_PROPOSE))
         gens = self._generate([GenerationRequest(self._format(r.job.question) + self._prefill("teacher", r.job.task_type),
                                                  self.members[r.member_id].adapter, index=r.index) for r in records],
-                              [r.member_id for r in records], cfg.selfplay.teacher_sampling, 1,
-                              step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
+                              cfg.selfplay.teacher_sampling, 1, step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
         records = stages.with_generations(records, gens)
         timings["time/generate_s"] = time.perf_counter() - t
 
@@ -173,7 +172,7 @@ class SelfPlay:
         s_gens = self._generate([GenerationRequest(self._format(stages.student_question(g.task))
                                                    + self._prefill("student", g.task.type),
                                                    self.members[g.student_id].adapter, index=g.index) for g in groups],
-                                [g.student_id for g in groups], cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
+                                cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
                                 step_seed(seed, step, RNG_GEN_S), metrics, "student")
         groups = stages.with_generations(groups, s_gens)
         timings["time/solve_s"] = time.perf_counter() - t
@@ -258,15 +257,16 @@ class SelfPlay:
             return ""
         return (TEACHER_PREFILL if role == "teacher" else STUDENT_PREFILL)[task_type]
 
-    def _generate(self, requests, owners, sc, n: int, seed: int, metrics: dict, role: str):
-        """One mixed-adapter generate call per rank for the requests of the members it hosts (a member
-        spread over a group splits its requests over the group); results gathered in request order.
-        A failure is recorded and yields no completions for that rank's requests."""
+    def _generate(self, requests, sc, n: int, seed: int, metrics: dict, role: str):
+        """One mixed-adapter generate call per rank for its round-robin share of the requests (every
+        rank holds every adapter, so the phases where only teachers or only students write keep every
+        rank busy); results gathered in request order. A failure is recorded and yields no completions
+        for that rank's requests."""
         if not requests:
             return []
         sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
                                   n=n, seed=seed)
-        share = place.mine(place.assign_by_member(owners, self.placement), self.comm.rank)
+        share = place.mine(place.round_robin(len(requests), self.comm.world), self.comm.rank)
         local, error = [None] * len(share), None
         if share:
             try:
@@ -299,7 +299,8 @@ class SelfPlay:
         return out
 
     def _train(self, batches: dict) -> dict[str, dict]:
-        """One policy update per member, where it lives; every rank gets every member's statistics."""
+        """One policy update per member, where it lives; then every rank gets every member's statistics
+        and new weights (broadcast from the member's leader rank)."""
         local: dict[str, dict] = {}
         for mid, batch in batches.items():
             ranks = self.placement[mid]
@@ -313,41 +314,46 @@ class SelfPlay:
         merged: dict[str, dict] = {}
         for part in self.comm.gather(local):
             merged.update(part)
+        if self.comm.world > 1:
+            for mid in batches:
+                self._sync_weights(mid)
         return {mid: merged[mid] for mid in batches}  # in the same order on every rank
+
+    def _sync_weights(self, member_id: str) -> None:
+        """Every rank takes the member's weights from its leader (after an update or a restore)."""
+        adapter = self.members[member_id].adapter
+        src = place.leader(self.placement, member_id)
+        mine = self.backend.get_weights(adapter) if self.comm.rank == src else None
+        weights = self.comm.broadcast_weights(mine, src)
+        if self.comm.rank not in self.placement[member_id]:
+            self.backend.set_weights(adapter, weights)
 
     def _place(self, slots: list[str]) -> None:
         self.placement = place.place(slots, self.comm.world)
         self.comm.prepare_groups(self.placement)
 
     def _hosts(self, member_id: str) -> bool:
+        """Whether this rank trains the member (holds its optimizer state)."""
         return self.comm.rank in self.placement[member_id]
-
-    def _weights_of(self, member_id: str) -> AdapterWeights:
-        """A member's current weights on every rank (a broadcast from the rank that owns it)."""
-        src = place.leader(self.placement, member_id)
-        mine = self.backend.get_weights(self.members[member_id].adapter) if self.comm.rank == src else None
-        return self.comm.broadcast_weights(mine, src)
 
     def _evolve(self, step: int) -> int:
         """Replace the weakest of each role by children; returns how many were replaced.
 
-        Every rank makes the same decisions and children (same ratings, same seeded generator, parents'
-        weights broadcast from their owners); a child takes its predecessor's slot and ranks.
+        Every rank makes the same decisions and children (same ratings, same seeded generator, the same
+        parents' weights: every rank holds them); a child takes its predecessor's slot and ranks.
         """
         rng = step_rng(self.cfg.seed, step, RNG_EVOLVE)
         births = []
-        by_id = {m.id: m for m in self.members.values()}
         for role in ("teacher", "student"):
             births += evolution.replace_weakest(
                 list(self.members.values()), role, step, self.cfg.evolution, self.cfg.ratings, rng,
-                get_weights=lambda adapter: self._weights_of(next(m.id for m in by_id.values() if m.adapter == adapter)),
+                get_weights=self.backend.get_weights,
             )
         for birth in births:
             old = birth.replaced
             ranks = self.placement.pop(old.id)
-            if self.comm.rank in ranks:
-                self.backend.remove_adapter(old.adapter)
-                self.backend.add_adapter(birth.child.adapter, birth.weights)  # fresh optimizer state
+            self.backend.remove_adapter(old.adapter)
+            self.backend.add_adapter(birth.child.adapter, birth.weights)  # fresh optimizer state
             self.members = {(birth.child.id if mid == old.id else mid): (birth.child if mid == old.id else m)
                             for mid, m in self.members.items()}
             self.placement = {mid: self.placement.get(mid, ranks) for mid in self.members}
@@ -380,14 +386,15 @@ class SelfPlay:
 
     def restore(self, ckpt) -> None:
         """Members in their saved slot order, placed on this run's ranks (the world size may differ from
-        the run that saved it); each rank loads the adapters and optimizer states of its members."""
+        the run that saved it); every rank loads every adapter, and the optimizer states of the members
+        it trains."""
         for name in list(self.backend.adapter_names()):
             self.backend.remove_adapter(name)
         self.members = {d["id"]: Member.from_dict(d) for d in ckpt.state["members"]}
         self._place(list(self.members))
         for m in self.members.values():
+            self.backend.add_adapter(m.adapter, ckpt.adapters[m.adapter])
             if self._hosts(m.id):
-                self.backend.add_adapter(m.adapter, ckpt.adapters[m.adapter])
                 self.backend.load_optimizer_state(m.adapter, ckpt.optimizer_states[m.adapter])
         self.buffers = TaskBuffers.from_json(ckpt.state["buffers"])
         self.events = list(ckpt.state.get("events", []))

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from populora.checkpoint import load_latest, save_checkpoint
+from populora import checkpoint
 from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
 from populora.jsonl import truncate_jsonl
 from populora.selfplay.metrics import MetricsLog
@@ -129,7 +129,7 @@ def train(
 
 
 def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signals: bool, progress: bool) -> dict:
-    ckpt = load_latest(rd / "checkpoints") if resume else None
+    ckpt = _latest_checkpoint(rd / "checkpoints", comm) if resume else None
     start = ckpt.step if ckpt else 0
     summary_file = rd / "summary.json"
     if resume and summary_file.exists() and start >= cfg.selfplay.steps:
@@ -233,13 +233,25 @@ def _progress_line(row: dict) -> str:
     return f"valid {fmt(valid)} solve {fmt(solve)} step {row['time/step_s']:.1f}s"
 
 
+def _latest_checkpoint(root: Path, comm):
+    """The newest good checkpoint: rank 0 verifies the files (hashing them once), every rank then reads
+    the members it needs from it."""
+    path = comm.gather(str(checkpoint.latest_good(root) or "") if comm.is_main else None)[0]
+    return checkpoint.load_checkpoint(path, verified=True) if path else None
+
+
 def _save(sp, rd: Path, step: int, cfg: Config, comm) -> None:
+    """Every rank writes the adapters and optimizer states of the members it leads; rank 0 commits the
+    checkpoint (state, manifest, atomic rename) once all have written."""
     adapters, opt_states, state = sp.checkpoint_payload()
-    parts = comm.gather((adapters, opt_states))
+    root = rd / "checkpoints"
     if comm.is_main:
-        for a, o in parts[1:]:
-            adapters.update(a)
-            opt_states.update(o)
-        save_checkpoint(rd / "checkpoints", step, adapters, opt_states, state, keep=cfg.run.keep_checkpoints,
-                        base_model=cfg.policy.model)
+        checkpoint.begin(root, step)
+    comm.barrier()
+    staging = checkpoint.staging_dir(root, step)
+    for name, weights in adapters.items():
+        checkpoint.write_member(staging, name, weights, opt_states[name], base_model=cfg.policy.model)
+    comm.barrier()
+    if comm.is_main:
+        checkpoint.commit(root, step, state, keep=cfg.run.keep_checkpoints)
     comm.barrier()
