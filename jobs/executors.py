@@ -23,7 +23,6 @@ from typing import Any
 
 from jobs.profiles import ClusterProfile, ProfileError
 
-
 _WARNED: set[Path] = set()  # images a dry run has warned about (once each)
 
 
