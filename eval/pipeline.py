@@ -90,7 +90,7 @@ def make_engine(s: EvalSettings, adapters: Sequence[EvalAdapter]):
     from populora.policy.adapters import AdapterWeights
 
     cfg = PolicyConfig(engine=s.backend, model=s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size)
-    backend = make_backend(cfg)
+    backend = make_backend(cfg, max_new_tokens=max(s.budgets().values(), default=None))
     for a in adapters:
         if a.adapter_dir is not None:
             backend.add_adapter(a.key, AdapterWeights.load_peft(a.adapter_dir))

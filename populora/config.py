@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from populora.policy.config import VLLM_LORA_RANKS, PolicyConfig
+from populora.policy.config import PolicyConfig
 from populora.population.evolution import EvolutionConfig
 from populora.population.matchmaking import MatchmakingConfig
 from populora.population.ratings import RatingConfig
@@ -27,7 +27,7 @@ from populora.renamed_keys import migrate_mapping, migrate_overrides
 from populora.rl.config import RLConfig
 
 TASK_TYPES = ("code_o", "code_i", "code_f")
-__all__ = ["Config", "ConfigError", "VLLM_LORA_RANKS", "load_config"]
+__all__ = ["Config", "ConfigError", "load_config"]
 
 
 class ConfigError(ValueError):

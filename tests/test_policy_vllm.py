@@ -1,4 +1,5 @@
-"""vLLM backend: naming/versioning/routing without vLLM; logprob parity on a GPU with vLLM."""
+"""vLLM engine: naming/versioning/routing and the API of every supported vLLM release without vLLM;
+logprob parity on a GPU with vLLM."""
 
 from __future__ import annotations
 
@@ -69,12 +70,72 @@ def test_request_seeds():
 
 
 def test_module_imports_without_vllm_and_says_how_to_install():
-    import populora.policy.vllm_backend as vb
+    import populora.policy.vllm_engine as ve
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
     with pytest.raises(ImportError, match=r"populora\[vllm\]"):
-        vb._import_vllm()
+        ve._import_vllm()
+
+
+# -- the vLLM API the engine uses, checked against every supported release (no vLLM needed) --------
+def test_the_release_table_covers_the_declared_range():
+    from pathlib import Path
+
+    from populora.policy import vllm_api
+
+    versions = vllm_api.supported_versions()
+    assert versions[0] == vllm_api.SUPPORTED[1] and len(versions) >= 5
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert f'"vllm>={vllm_api.SUPPORTED[1]}"' in pyproject  # the extra declares the same floor
+    # what the table says about releases before the floor: why the floor is where it is
+    old = vllm_api.table()["0.6.3.post1"]
+    assert "enable_sleep_mode" not in old["EngineArgs"] and 512 not in old["lora_ranks"]
+
+
+@pytest.mark.parametrize("sleep", [False, True])
+def test_every_engine_keyword_exists_in_every_supported_release(sleep):
+    from populora.policy import PolicyConfig
+    from populora.policy.vllm_api import supported_versions, table
+    from populora.policy.vllm_engine import engine_kwargs
+
+    cfg = PolicyConfig(engine="vllm", model="tiny", lora={"rank": 32}, vllm={"sleep_between_phases": sleep})
+    for v in supported_versions():
+        api = table()[v]
+        available = set(api["EngineArgs"]) | set(api["LLM"])
+        kwargs = engine_kwargs(cfg, 8, 8192, available, v)
+        assert set(kwargs) <= available, (v, set(kwargs) - available)
+        assert cfg.lora.rank in api["lora_ranks"]
+        # what generate() passes and reads
+        assert {"n", "temperature", "top_p", "max_tokens", "stop", "seed", "logprobs"} <= set(api["SamplingParams"]), v
+        assert {"lora_name", "lora_int_id", "lora_path"} <= set(api["LoRARequest"]), v
+        assert {"prompts", "sampling_params", "lora_request", "use_tqdm"} <= set(api["LLM.generate"]), v
+        assert {"index", "text", "token_ids", "logprobs", "finish_reason"} <= set(api["CompletionOutput"]), v
+        assert {"outputs", "prompt_token_ids"} <= set(api["RequestOutput"]), v
+        assert {"sleep", "wake_up"} <= set(api["LLM.methods"]), v
+
+
+def test_an_option_the_installed_vllm_lacks_is_an_error_naming_it():
+    from populora.policy import PolicyConfig
+    from populora.policy.vllm_api import table
+    from populora.policy.vllm_engine import VLLMEngineError, engine_kwargs
+
+    old = table()["0.6.6.post1"]
+    available = set(old["EngineArgs"]) | set(old["LLM"])
+    cfg = PolicyConfig(engine="vllm", model="tiny", lora={"rank": 32}, vllm={"sleep_between_phases": True})
+    with pytest.raises(VLLMEngineError, match="policy.vllm.sleep_between_phases"):
+        engine_kwargs(cfg, 8, 8192, available, "0.6.6.post1")
+    # raw log-probabilities are vLLM's default where the option does not exist: left out, not an error
+    assert "logprobs_mode" not in engine_kwargs(cfg.replace(vllm={"sleep_between_phases": False}), 8, 8192,
+                                                available, "0.6.6.post1")
+
+
+def test_config_refuses_ranks_a_supported_release_does_not_serve():
+    from populora.policy import PolicyConfig, PolicyConfigError
+
+    with pytest.raises(PolicyConfigError, match="policy.lora.rank"):
+        PolicyConfig(engine="vllm", lora={"rank": 1})  # served from 0.11 on, not by 0.10.2
+    assert PolicyConfig(engine="vllm", lora={"rank": 512}).lora.rank == 512
 
 
 @pytest.mark.gpu
@@ -99,6 +160,7 @@ def test_vllm_logprobs_match_trainer_logprobs(tmp_path):
             "lora": {"rank": 8, "alpha": 16, "b_std": 0.02},
             "vllm": {"gpu_memory_utilization": 0.3, "max_model_len": 1024, "max_loras": 2,
                      "adapter_dir": str(tmp_path)},
+            "max_prompt_tokens": 512,
         }
     )
     be.add_adapter("a", be.new_adapter_weights(seed=1))
@@ -117,45 +179,67 @@ def test_vllm_logprobs_match_trainer_logprobs(tmp_path):
         tl = be.completion_logprobs(name, [res.prompt_token_ids], [comp.token_ids], with_grad=False)
         diff = (tl.logprobs[0, : len(comp.token_ids)].float().cpu() - torch.tensor(comp.logprobs)).abs()
         assert diff.mean() < 0.05 and diff.max() < 0.5, (name, diff)
-    # update "a" and check that vLLM serves the new weights under a new version
-    old = be.registry.current("a")
+    # A weight update must be served, not the cached old version. Make "b" clearly different first
+    # (large B: its greedy text differs from a's), then give it a's weights: the next generate must
+    # serve them under a new version, so b's text becomes a's.
+    be.set_weights("b", be.get_weights("b").map(lambda m, a, b: (a, b * 200.0)))
+    far = be.generate([GenerationRequest(prompt, "b")], greedy)[0].completions[0].token_ids
+    assert far != out[0].completions[0].token_ids, "the test needs b to differ from a"
+    before = be.engine.registry.current("b").lora_int_id
     be.set_weights("b", be.get_weights("a"))
     out2 = be.generate([GenerationRequest(prompt, "b")], greedy)
-    assert be.registry.current("b").lora_int_id > old.lora_int_id
+    assert be.engine.registry.current("b").lora_int_id > before
     assert out2[0].completions[0].token_ids == out[0].completions[0].token_ids
+    # a prompt over policy.max_prompt_tokens is refused on its own; the rest of the batch runs
+    long = be.generate([GenerationRequest(prompt * 40, "a"), GenerationRequest(prompt, "a")], greedy)
+    assert long[0].refused.startswith("prompt_too_long") and long[0].completions == []
+    assert long[1].completions[0].token_ids == out[0].completions[0].token_ids
     be.close()
 
 
-# -- the backend's glue code, against a recording stand-in for the vllm package ----------------
-# Not a vLLM simulation: it records what VLLMBackend asks of the engine (engine arguments, one
-# LoRARequest per prompt, adapter removals) and echoes fixed outputs in vLLM's RequestOutput
-# shape, so the publishing/routing/conversion code runs without a GPU.
+# -- the engine's glue code, against a recording stand-in for the vllm package ----------------
+# Not a vLLM simulation: it records what the engine asks of vLLM (engine arguments, one LoRARequest
+# per prompt, adapter removals) and echoes fixed outputs in vLLM's RequestOutput shape, so the
+# publishing/routing/conversion code runs without a GPU. It is strict: LLM, SamplingParams and
+# LoRARequest accept only the names the given vLLM release takes (data/vllm_api.json), so a keyword
+# that a release lacks fails here.
 
 
-def _install_recording_vllm(monkeypatch):
+def _install_recording_vllm(monkeypatch, version: str):
     import dataclasses
     import sys
     import types
     from types import SimpleNamespace
 
+    from populora.policy.vllm_api import table
+
+    api = table()[version]
     calls = {"engines": [], "generate": [], "removed": []}
 
-    @dataclasses.dataclass
-    class EngineArgs:
-        logprobs_mode: str = "raw_logprobs"
+    def strict(kind, names):
+        def make(*args, **kwargs):
+            unknown = sorted(set(kwargs) - set(names))
+            assert not unknown, f"vLLM {version} {kind} takes no {unknown}"
+            return kwargs if not args else (args, kwargs)
+        return make
+
+    EngineArgs = dataclasses.make_dataclass("EngineArgs", [(f, object, None) for f in api["EngineArgs"]])
 
     class LLM:
         def __init__(self, **kwargs):
+            unknown = sorted(set(kwargs) - set(api["EngineArgs"]) - set(api["LLM"]))
+            assert not unknown, f"vLLM {version} LLM takes no {unknown}"
             calls["engines"].append(kwargs)
             self.llm_engine = SimpleNamespace(remove_lora=lambda i: calls["removed"].append(i))
 
         def generate(self, prompts, sampling_params, lora_request, use_tqdm):
             calls["generate"].append((prompts, sampling_params, lora_request))
             outs = []
-            for p, sp in zip(prompts, sampling_params):
+            for i, (p, sp) in enumerate(zip(prompts, sampling_params)):
                 toks = [5, 6, 7][: sp["max_tokens"]]
+                reason = "abort" if i == 1 else "length"  # the second request was aborted by the engine
                 comps = [
-                    SimpleNamespace(index=j, token_ids=toks, text="x" * len(toks), finish_reason="length",
+                    SimpleNamespace(index=j, token_ids=toks, text="x" * len(toks), finish_reason=reason,
                                     logprobs=[{t: SimpleNamespace(logprob=-0.5)} for t in toks])
                     for j in reversed(range(sp["n"]))  # out of order on purpose
                 ]
@@ -171,7 +255,8 @@ def _install_recording_vllm(monkeypatch):
         "vllm.lora.request": types.ModuleType("vllm.lora.request"),
     }
     mods["vllm"].LLM = LLM
-    mods["vllm"].SamplingParams = lambda **kw: kw
+    mods["vllm"].__version__ = version
+    mods["vllm"].SamplingParams = strict("SamplingParams", api["SamplingParams"])
     mods["vllm.engine.arg_utils"].EngineArgs = EngineArgs
     mods["vllm.inputs"].TokensPrompt = lambda **kw: kw
     mods["vllm.lora.request"].LoRARequest = lambda name, int_id, path: (name, int_id, path)
@@ -182,41 +267,52 @@ def _install_recording_vllm(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_trainer():
-    from populora.policy import make_backend
+    from populora.policy.config import PolicyConfig
+    from populora.policy.hf import HFBackend
 
-    return make_backend({"model": "tiny", "device": "cpu", "lora": {"rank": 4, "alpha": 8, "b_std": 0.05}})
+    return HFBackend(PolicyConfig(model="tiny", device="cpu", lora={"rank": 8, "alpha": 8, "b_std": 0.05}))
 
 
-def test_vllm_backend_publishes_new_versions_and_routes_per_prompt(monkeypatch, tmp_path, tiny_trainer):
+@pytest.mark.parametrize("version", ["0.10.2", "0.33.0"])
+def test_vllm_engine_publishes_new_versions_and_routes_per_prompt(monkeypatch, tmp_path, tiny_trainer, version):
     from pathlib import Path
 
     from populora.policy.base import GenerationRequest as Req
     from populora.policy.base import SamplingParams
-    from populora.policy.vllm_backend import VLLMBackend
+    from populora.policy.engine import Policy
+    from populora.policy.vllm_engine import VLLMEngine
 
-    calls = _install_recording_vllm(monkeypatch)
+    calls = _install_recording_vllm(monkeypatch, version)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    cfg = tiny_trainer.config.replace(engine="vllm", lora={"rank": 8, "alpha": 8, "b_std": 0.05},
-                                      vllm={"adapter_dir": str(tmp_path)})
-    be = VLLMBackend(cfg, trainer=tiny_trainer)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (70 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    for name in list(tiny_trainer.adapter_names()):
+        tiny_trainer.remove_adapter(name)
+    cfg = tiny_trainer.config.replace(engine="vllm", vllm={"adapter_dir": str(tmp_path)}, max_prompt_tokens=64)
+    be = Policy(cfg, tiny_trainer, VLLMEngine(cfg, tiny_trainer, max_new_tokens=16))
+    assert be.engine.max_model_len == 64 + 16  # policy.max_prompt_tokens + the longest completion
     be.add_adapter("t0", be.new_adapter_weights(seed=0))
     be.add_adapter("s0", be.new_adapter_weights(seed=1))
     s = SamplingParams(temperature=1.0, max_new_tokens=2, n=2, seed=3, stop=("</answer>",))
-    res = be.generate([Req("def f(x):", "t0"), Req("x = 1", None), Req("y", "s0")], s)
+    res = be.generate([Req("def f(x):", "t0"), Req("x = 1", None), Req("y", "s0"), Req("z " * 200, "s0")], s)
 
     engine = calls["engines"][0]
-    # the engine is sized by the config (rank 8); the rank-4 adapters of the trainer fit under it
     assert engine["enable_lora"] and engine["max_loras"] == 2 and engine["max_lora_rank"] == 8
-    assert engine["logprobs_mode"] == "raw_logprobs"
+    assert engine["logprobs_mode"] == "raw_logprobs" and engine["max_model_len"] == 80
     prompts, params, loras = calls["generate"][0]
+    assert len(prompts) == 3  # the over-long prompt never reached the engine ...
+    assert res[3].refused.startswith("prompt_too_long:") and res[3].completions == []  # ... it was refused alone
     assert prompts[0]["prompt_token_ids"] == be.encode("def f(x):") == res[0].prompt_token_ids
     assert [p["stop"] for p in params] == [["</answer>"]] * 3 and params[0]["logprobs"] == 0
-    assert len({p["seed"] for p in params}) == 3
+    assert {p["seed"] for p in params} == {None}  # seeded_sampling is off by default (vLLM's fast sampler)
     (t_name, t_id, t_path), base, (s_name, s_id, _) = loras
     assert base is None and (t_name, s_name) == ("t0@v1", "s0@v1") and t_id != s_id
-    assert AdapterWeights.load_peft(t_path).equal(be.get_weights("t0"))
+    published = AdapterWeights.load_peft(t_path)
+    assert published.dtype == torch.bfloat16  # published in the engine's dtype
+    assert published.equal(be.get_weights("t0").to(torch.bfloat16))
     assert [c.token_ids for c in res[0].completions] == [[5, 6], [5, 6]]
     assert res[0].completions[0].logprobs == [-0.5, -0.5] and res[0].completions[0].finish_reason == "length"
+    assert res[1].completions[0].finish_reason == "abort"  # not reported as "length"
 
     # an RL update of t0: next generate serves t0@v2 under a new id; the old version is dropped
     tl = be.completion_logprobs("t0", [be.encode("a")], [be.encode(" b")])
@@ -225,7 +321,7 @@ def test_vllm_backend_publishes_new_versions_and_routes_per_prompt(monkeypatch, 
     (t2_name, t2_id, t2_path), (s_again, s_id_again, _) = calls["generate"][1][2]
     assert (t2_name, s_again, s_id_again) == ("t0@v2", "s0@v1", s_id) and t2_id not in (t_id, s_id)
     assert calls["removed"] == [t_id] and not Path(t_path).exists()
-    assert AdapterWeights.load_peft(t2_path).equal(be.get_weights("t0"))
+    assert AdapterWeights.load_peft(t2_path).equal(be.get_weights("t0").to(torch.bfloat16))
 
     # an evolved child replaces s0's weights; a removed member leaves the engine
     be.set_weights("s0", be.get_weights("t0"))
@@ -236,3 +332,18 @@ def test_vllm_backend_publishes_new_versions_and_routes_per_prompt(monkeypatch, 
     assert len(calls["engines"]) == 1
     with pytest.raises(KeyError, match="t0"):
         be.generate([Req("a", "t0")], s)
+
+    # seeded sampling (opt-in): one seed per request, from the request's own index
+    be.engine.config.vllm.seeded_sampling = True
+    be.generate([Req("b", "s0", index=5)], s)
+    assert calls["generate"][3][1][0]["seed"] is not None
+    be.engine.config.vllm.seeded_sampling = False
+
+
+def test_the_engine_refuses_a_memory_share_that_is_not_free(monkeypatch):
+    from populora.policy.vllm_engine import VLLMEngine, VLLMEngineError
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (40 * 2**30, 80 * 2**30))
+    with pytest.raises(VLLMEngineError, match=r"gpu_memory_utilization=0.85 .* at most 0.50"):
+        VLLMEngine._check_free_memory(0.85)
+    VLLMEngine._check_free_memory(0.45)

@@ -129,3 +129,15 @@ def test_check_code_o_needs_no_sandbox_and_scores_each_rollout():
     assert [(a.correct, a.format_ok, a.reward) for a in out[0].attempts] == [
         (True, True, 1.0), (False, True, -0.5), (False, False, -1.0)]
     assert out[0].rho == pytest.approx(1 / 3)
+
+
+def test_completions_the_engine_aborted_count_for_nothing():
+    aborted = GenerationResult([1], [Completion([7], "<answer>\n```output\n1\n```\n</answer>", [-0.1], "abort"),
+                                     Completion([7], "<answer>\n```output\n1\n```\n</answer>", [-0.1], "stop")])
+    out = stages.check([SolveGroup(0, "s0", task(0), True, aborted)], None, {})
+    assert [a.reason for a in out[0].attempts] == [stages.GENERATION_ERROR, None] and out[0].rho == 1.0
+    rec = stages.parse_proposals([ProposalRecord(0, ProposalJob("t0", "code_o", "q"), aborted)], step=1)
+    assert rec[0].proposal.reason == stages.GENERATION_ERROR
+    refused = GenerationResult([1] * 9000, [], refused="prompt_too_long:9000")
+    m = stages.step_metrics(MEMBERS, [], [SolveGroup(0, "s0", task(0), True, refused)])
+    assert m["student/refused"] == 1

@@ -1,7 +1,7 @@
 """One frozen base model + many LoRA adapters: weights, backends, embedded models.
 
-``make_backend(cfg)`` builds the backend named by ``cfg.engine`` (``hf`` or ``vllm``) from a
-``PolicyConfig`` (the ``policy:`` section of a run config) or a mapping with the same keys.
+``make_backend(cfg)`` builds the policy (a trainer + the generation engine ``cfg.engine`` names) from
+a ``PolicyConfig`` (the ``policy:`` section of a run config) or a mapping with the same keys.
 Backends are imported lazily: importing ``populora.policy`` loads neither transformers nor vLLM.
 """
 
@@ -16,20 +16,25 @@ __all__ = ["LoraSpec", "PolicyConfig", "PolicyConfigError", "VLLMConfig", "make_
 
 
 def make_backend(cfg: PolicyConfig | Mapping[str, Any] | None = None, *, adamw: Mapping[str, Any] | None = None,
-                 **overrides: Any):
-    """The policy backend for ``cfg`` (``hf``: ``HFBackend``; ``vllm``: ``VLLMBackend``).
+                 max_new_tokens: int | None = None, **overrides: Any):
+    """The policy of ``cfg``: an ``HFBackend`` trainer composed with the generation engine
+    ``cfg.engine`` names (``populora.policy.engine``).
 
     ``adamw``: keyword arguments of each adapter's ``torch.optim.AdamW`` (a run passes
-    ``cfg.rl.adamw_kwargs()``; default: ``RLConfig``'s defaults). ``overrides`` replace top-level
-    keys, e.g. ``make_backend(cfg, model="smollm2-135m")``.
+    ``cfg.rl.adamw_kwargs()``; default: ``RLConfig``'s defaults). ``max_new_tokens``: the longest
+    completion the caller will ask for (sizes vLLM's ``max_model_len``). ``overrides`` replace
+    top-level keys, e.g. ``make_backend(cfg, model="smollm2-135m")``.
     """
+    from populora.policy.engine import Policy, engine_class
+    from populora.policy.hf import HFBackend
+
     config = PolicyConfig.from_mapping(cfg if cfg is not None else {})
     if overrides:
         config = config.replace(**overrides)
-    if config.engine == "hf":
-        from populora.policy.hf import HFBackend
+    engine_cls = engine_class(config.engine)  # an unknown engine fails before any weights load
+    if config.engine == "vllm":
+        from populora.policy.vllm_engine import _import_vllm
 
-        return HFBackend(config, adamw=adamw)
-    from populora.policy.vllm_backend import VLLMBackend
-
-    return VLLMBackend(config, adamw=adamw)
+        _import_vllm()  # and a missing vLLM too
+    trainer = HFBackend(config, adamw=adamw)
+    return Policy(config, trainer, engine_cls(config, trainer, max_new_tokens=max_new_tokens))

@@ -1,8 +1,8 @@
 """The backend interface: one frozen base model, many named LoRA adapters.
 
-Two implementations: ``HFBackend`` (transformers + peft; CPU float32 or CUDA bf16; generation and
-training) and ``VLLMBackend`` (vLLM multi-LoRA generation on GPU, training delegated to an
-``HFBackend`` on the same device). The training loop, the evaluation suite and the benchmarks talk
+The implementation is ``populora.policy.engine.Policy``: an ``HFBackend`` trainer (transformers +
+peft; CPU float32 or CUDA bf16; it can also generate) composed with a generation engine (``hf``: the
+trainer's own decode loop; ``vllm``: vLLM multi-LoRA generation on the same GPU). The training loop, the evaluation suite and the benchmarks talk
 only to this interface.
 
 Generation: one ``generate`` call serves requests for many adapters at once (a mixed-adapter
@@ -77,15 +77,17 @@ class Completion:
     token_ids: list[int]
     text: str
     logprobs: list[float]
-    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    finish_reason: str  # "stop" (EOS or stop string), "length", or "abort" (the engine gave up on it)
 
 
 @dataclass
 class GenerationResult:
-    """The ``n`` completions of one request, in request order."""
+    """The ``n`` completions of one request, in request order. ``refused`` says why a request got no
+    completion at all (``prompt_too_long:<tokens>``); such a request costs nothing and trains nothing."""
 
     prompt_token_ids: list[int]
     completions: list[Completion] = field(default_factory=list)
+    refused: str | None = None
 
 
 @dataclass

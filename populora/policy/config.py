@@ -12,17 +12,29 @@ Optimizer settings are not here: they are RL hyper-parameters (``rl.lr``, ``rl.b
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from populora.policy.adapters import ALL_LINEAR
 
-ENGINES = ("hf", "vllm")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# LoRA ranks vLLM's punica kernels serve (vllm/config: `possible_max_ranks`); checked when engine=vllm.
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def known_engines() -> list[str]:
+    """The generation engines: one module ``populora/policy/<name>_engine.py`` each (see engine.py)."""
+    return sorted(p.name[: -len("_engine.py")] for p in Path(__file__).parent.glob("*_engine.py"))
+
+
+def _engine_check(config: PolicyConfig) -> None:
+    """The engine module's own checks of the config (``check_config``), if it has any."""
+    module = importlib.import_module(f"populora.policy.{config.engine}_engine")
+    check = getattr(module, "check_config", None)
+    if check is not None:
+        check(config)
 
 
 class PolicyConfigError(ValueError):
@@ -66,17 +78,22 @@ class VLLMConfig:
     """Settings read only by the vLLM engine (``policy.engine: vllm``); see docs/backends.md."""
 
     gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the trainer uses the rest
-    max_model_len: int = 8192  # prompt + completion tokens of one sequence
+    # prompt + completion tokens of one sequence; 0 = policy.max_prompt_tokens + the run's longest
+    # max_new_tokens (what the KV cache must hold for one sequence, and no more)
+    max_model_len: int = 0
     max_loras: int = 0  # LoRA slots on the GPU; 0 = number of adapters at the first generate
     max_cpu_loras: int = 0  # LoRA cache in host memory; 0 = 2 x max_loras
     sleep_between_phases: bool = False  # offload the engine (sleep level 1) while the trainer runs
     adapter_dir: str = ""  # where adapter versions are written; "" = a fresh directory under $TMPDIR
     enforce_eager: bool = False  # no CUDA graphs (slower decoding, less memory, faster start)
+    # one seed per request: reproducible rollouts for a given batch, but vLLM's slower per-request
+    # sampling path; off (ours): vLLM is not batch-invariant, so seeds do not make runs repeat on GPU
+    seeded_sampling: bool = False
 
     def __post_init__(self) -> None:
         u = self.gpu_memory_utilization
         _need(math.isfinite(u) and 0 < u < 1, "policy.vllm.gpu_memory_utilization", f"must be in (0, 1), got {u!r}")
-        _need(self.max_model_len >= 1, "policy.vllm.max_model_len", f"must be >= 1, got {self.max_model_len}")
+        _need(self.max_model_len >= 0, "policy.vllm.max_model_len", f"must be >= 0 (0 = automatic), got {self.max_model_len}")
         _need(self.max_loras >= 0, "policy.vllm.max_loras", f"must be >= 0 (0 = automatic), got {self.max_loras}")
         _need(self.max_cpu_loras >= 0, "policy.vllm.max_cpu_loras", f"must be >= 0 (0 = automatic), got {self.max_cpu_loras}")
 
@@ -103,6 +120,10 @@ class PolicyConfig:
     device: str = "auto"
     dtype: str = "auto"
     max_batch_size: int = 64
+    # longest prompt a request may have; a longer one is refused (no completion, reason
+    # prompt_too_long), never truncated and never failing the batch. Ours: a teacher prompt with six
+    # reference programs stays well under it.
+    max_prompt_tokens: int = 4096
     train_micro_batch: int = 8
     gradient_checkpointing: bool = False
     cpu_threads: int = 1
@@ -110,21 +131,20 @@ class PolicyConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
-        _need(self.engine in ENGINES, "policy.engine", f"must be one of {list(ENGINES)}, got {self.engine!r}")
+        _need(self.engine in known_engines(), "policy.engine", f"must be one of {known_engines()}, got {self.engine!r}")
         _need(bool(self.model), "policy.model", "is empty: name a base model (tiny, smollm2-135m, a path or an HF id)")
         _need(self.dtype in DTYPES, "policy.dtype", f"must be one of {list(DTYPES)}, got {self.dtype!r}")
         _need(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
               "policy.device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         _need(self.max_batch_size >= 1, "policy.max_batch_size", f"must be >= 1, got {self.max_batch_size}")
+        _need(self.max_prompt_tokens >= 1, "policy.max_prompt_tokens", f"must be >= 1, got {self.max_prompt_tokens}")
         _need(self.train_micro_batch >= 1, "policy.train_micro_batch", f"must be >= 1, got {self.train_micro_batch}")
         _need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = torch's default), got {self.cpu_threads}")
         if isinstance(self.lora, Mapping):
             self.lora = LoraSpec(**self.lora)
         if isinstance(self.vllm, Mapping):
             self.vllm = VLLMConfig(**self.vllm)
-        if self.engine == "vllm":
-            _need(self.lora.rank in VLLM_LORA_RANKS, "policy.lora.rank",
-                  f"must be one vLLM serves {list(VLLM_LORA_RANKS)} with policy.engine=vllm, got {self.lora.rank}")
+        _engine_check(self)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | PolicyConfig) -> PolicyConfig:

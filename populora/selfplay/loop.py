@@ -99,7 +99,9 @@ class SelfPlay:
         # each rank's sandbox pool gets its share of the node's cores
         workers = sb.workers or max(1, (os.cpu_count() or 1) // self.comm.local_world)
         self.sandbox = Sandbox(limits=limits, workers=workers)
-        self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs())
+        longest = max(cfg.selfplay.teacher_sampling.max_new_tokens, cfg.selfplay.student_sampling.max_new_tokens)
+        self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs(),
+                                    max_new_tokens=longest)
         self.buffers: TaskBuffers = seed_buffers(self.sandbox, cfg.tasks.buffer_capacity, self.validation)
         self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
         self.members: dict[str, Member] = {}  # in slot order (see populora.distributed.placement)

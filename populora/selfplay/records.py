@@ -87,7 +87,11 @@ SANDBOX_ERROR = "sandbox_error"  # the verifier itself failed (not the program u
 GENERATION_ERROR = "generation_error"  # the generation call failed: no completion to judge
 
 
+INFRA_ERRORS = (SANDBOX_ERROR, GENERATION_ERROR)
+
+
 def is_infra_error(attempt: Attempt) -> bool:
-    """An attempt the verifier could not judge: it is neither right nor wrong (issue: a crash of
-    the checking sandbox must not be scored as the student's format failure)."""
-    return attempt.reason == SANDBOX_ERROR
+    """An attempt the infrastructure lost: the verifier could not judge it, or the engine aborted its
+    generation. It is neither right nor wrong (a crash of the checking sandbox must not be scored as
+    the student's format failure), so it counts for nothing."""
+    return attempt.reason in INFRA_ERRORS

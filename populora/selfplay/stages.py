@@ -80,7 +80,7 @@ def parse_proposals(records: Sequence[ProposalRecord], step: int, require_answer
     out = []
     for r in records:
         job, gen = r.job, r.generation
-        if gen is None or not gen.completions:
+        if gen is None or not gen.completions or gen.completions[0].finish_reason == "abort":
             p = Proposal(type=job.task_type, program=job.program or "", teacher_id=job.member_id, step=step,
                          reason=GENERATION_ERROR)
         else:
@@ -161,18 +161,25 @@ def check(groups: Sequence[SolveGroup], sandbox, metrics: dict, require_answer_t
     error: excluded from rho and from training), not scored as the student's fault.
     """
     flat = [(g, c) for g in groups for c in (g.generation.completions if g.generation is not None else [])]
+    to_judge = [k for k, (_, c) in enumerate(flat) if c.finish_reason != "abort"]  # the engine lost the rest
     try:
-        judged = checking.check_many([(g.task, prefill(g.task) + c.text) for g, c in flat], sandbox,
-                                     checking.CheckConfig(require_answer_tag=require_answer_tag))
+        judged_some = checking.check_many([(flat[k][0].task, prefill(flat[k][0].task) + flat[k][1].text)
+                                           for k in to_judge], sandbox,
+                                          checking.CheckConfig(require_answer_tag=require_answer_tag))
     except Exception as e:
         log.exception("checking failed for %d attempts", len(flat))
         metrics["errors/check"] = 1
         metrics["errors/check_reason"] = f"{type(e).__name__}: {str(e)[:200]}"
-        judged = [None] * len(flat)
+        judged_some = [None] * len(to_judge)
+    judged: list = [GENERATION_ERROR] * len(flat)
+    for k, j in zip(to_judge, judged_some):
+        judged[k] = j
     attempts: dict[int, list[Attempt]] = defaultdict(list)
     for (g, c), j in zip(flat, judged):
         att = Attempt(g.task.id, g.student_id, c.text, tuple(c.token_ids))
-        if j is None:
+        if j is GENERATION_ERROR:
+            att.reason = GENERATION_ERROR
+        elif j is None:
             att.reason = SANDBOX_ERROR
         else:
             att.answer, att.format_ok, att.correct, att.score, att.reason = (
@@ -307,6 +314,8 @@ def step_metrics(members: Mapping, records: Sequence[ProposalRecord], groups: Se
             m[f"member/{sid}/solve_rate"] = mean(a.score for a in atts)
     m["student/fresh_solve_rate"] = mean(g.rho for g in groups if g.fresh and g.rho is not None)
     m["student/infra_errors"] = sum(len(g.attempts) - len(g.scored) for g in groups)
+    m["student/refused"] = sum(1 for g in groups if g.generation is not None and g.generation.refused)
+    m["teacher/refused"] = sum(1 for r in records if r.generation is not None and r.generation.refused)
     m["teacher/infra_errors"] = sum(1 for r in records if r.verdict is not None and r.verdict.reason == SANDBOX_ERROR)
     m["teacher/valid_tasks"] = sum(1 for r in records if r.valid)
     m["teacher/proposals"] = len(records)
