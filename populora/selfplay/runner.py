@@ -27,13 +27,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from populora.checkpoint import load_latest, save_checkpoint
+from populora.checkpoint import Checkpoint, CheckpointError, Unusable, find_latest, save_checkpoint, set_aside
 from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
-from populora.jsonl import truncate_jsonl
-from populora.selfplay.metrics import MetricsLog
+from populora.jsonl import JsonlError, read_json_object, step_of, truncate_jsonl_files
+from populora.selfplay.metrics import MetricsLog, read_metrics
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
 RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard")
+# JSON-lines files of a run, one row per record with its step: cut back to the checkpoint on resume.
+RUN_LOGS = ("metrics.jsonl", "lineage.jsonl", "examples.jsonl", "tasks.jsonl")
 
 
 class StopFlag:
@@ -67,12 +69,19 @@ def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | No
         bad = [o for o in overrides if o.split("=", 1)[0] not in RESUMABLE_KEYS]
         if bad:
             raise ConfigError(f"override {bad[0]!r} cannot change on resume; allowed keys: {', '.join(RESUMABLE_KEYS)}")
-        cfg = config_from_yaml_text(cfg_file.read_text())
+        try:
+            cfg = config_from_yaml_text(cfg_file.read_text(encoding="utf-8"))
+        except (ConfigError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{cfg_file}: {e}") from None
         if overrides:
             from omegaconf import OmegaConf
+            from omegaconf.errors import OmegaConfBaseException
 
-            merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
-            cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
+            try:
+                merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
+                cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
+            except (ConfigError, OmegaConfBaseException) as e:
+                raise ConfigError(f"command-line overrides: {str(e).splitlines()[0]}") from None
         return cfg, rd
     cfg = load_config(config_file, overrides)
     rd = Path(run_dir) if run_dir else run_dir_of(cfg)
@@ -100,17 +109,22 @@ def train(
     from populora.selfplay.loop import SelfPlay  # heavy imports (torch, transformers) only here
 
     cfg, rd = prepare_run(config_file, list(overrides), run_dir, resume)
-    ckpt = load_latest(rd / "checkpoints") if resume else None
-    start = ckpt.step if ckpt else 0
     summary_file = rd / "summary.json"
-    if resume and summary_file.exists() and start >= cfg.selfplay.steps:
-        return json.loads(summary_file.read_text())
+    ckpt, start = None, 0
+    if resume:
+        ckpt, skipped = resume_point(cfg, rd)
+        start = ckpt.step if ckpt else 0
+        done = read_json_object(summary_file, what="run summary")
+        if done is not None and start >= cfg.selfplay.steps:
+            return done  # finished: nothing to do, nothing touched
+        # Lines written after the checkpoint are redone: drop them (every file is checked first, and
+        # a malformed line stops the resume before anything changes). Without a checkpoint the first
+        # one was never due: the lines of those steps and the founders are all written again.
+        truncate_jsonl_files([rd / n for n in RUN_LOGS],
+                             (lambda row: step_of(row) <= start) if ckpt else (lambda row: False))
+        set_aside(skipped)
 
     metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard)
-    # Lines written after the checkpoint we resume from are redone: drop them first.
-    metrics.truncate_after(start)
-    for name in ("lineage.jsonl", "examples.jsonl", "tasks.jsonl"):
-        truncate_jsonl(rd / name, lambda row: row.get("step", 0) <= start)
 
     stop = StopFlag()
     old_handlers = stop.install() if handle_signals else {}
@@ -155,6 +169,33 @@ def train(
         metrics.close()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
+
+
+def resume_point(cfg: Config, rd: Path) -> tuple[Checkpoint | None, list[Unusable]]:
+    """The newest checkpoint of run ``rd`` that loads, and the newer unusable ones (set aside on resume).
+
+    ``(None, [])`` only when no checkpoint was ever due: no checkpoint directory, no summary and no
+    logged step at or past the first checkpoint step (``min(run.checkpoint_every, selfplay.steps)``),
+    i.e. the run stopped before its first checkpoint and starting it again loses nothing. Otherwise
+    a missing or unusable checkpoint is a CheckpointError naming each one and why, raised before
+    anything in the run directory is changed.
+    """
+    ckpt, skipped = find_latest(rd / "checkpoints")
+    if ckpt is not None:
+        return ckpt, skipped
+    rows = read_metrics(rd)  # a malformed line: JsonlError naming it
+    try:
+        logged = max((step_of(r) for r in rows), default=0)
+    except ValueError as e:
+        raise JsonlError(f"{rd / 'metrics.jsonl'}: {e}") from None
+    first_due = min(cfg.run.checkpoint_every, cfg.selfplay.steps)
+    if skipped or (rd / "summary.json").exists() or logged >= first_due:
+        why = "; ".join(f"{u.path.name}: {u.reason}" for u in skipped) or (
+            f"{rd / 'checkpoints'} holds none, but metrics.jsonl reaches step {logged}" if logged
+            else f"{rd / 'checkpoints'} holds none, but the run wrote summary.json")
+        raise CheckpointError(f"cannot resume {rd}: no usable checkpoint ({why}); nothing was changed. "
+                              f"To start over, move {rd} away and start a new run")
+    return None, []
 
 
 def _progress_line(row: dict) -> str:
