@@ -163,12 +163,13 @@ def print_examples(rd: Path, n: int = 4) -> None:
     invalid = [r for r in rows if not r.get("valid")][-2:]
     print("\nExample tasks proposed by the teachers (last steps):")
     for r in valid:
-        print(f"--- step {r['step']} {r['teacher']} {r['type']}: valid; student solved "
-              f"{r['student_correct']}/{r['student_attempts']}")
-        print(r["program"].rstrip())
-        if r["type"] == "code_f":
-            print(f"inputs: {r['input']}\noutputs: {r['output']}\nmessage: {r['message']}")
+        g = r.get
+        print(f"--- step {g('step')} {g('teacher')} {g('type')}: valid; student solved "
+              f"{g('student_correct')}/{g('student_attempts')}")
+        print(str(g("program", "")).rstrip())
+        if g("type") == "code_f":
+            print(f"inputs: {g('input')}\noutputs: {g('output')}\nmessage: {g('message')}")
         else:
-            print(f"input: {r['input']}\noutput: {r['output']}")
+            print(f"input: {g('input')}\noutput: {g('output')}")
     for r in invalid:
-        print(f"--- step {r['step']} {r['teacher']} {r['type']}: rejected ({r['reason']})")
+        print(f"--- step {r.get('step')} {r.get('teacher')} {r.get('type')}: rejected ({r.get('reason')})")
