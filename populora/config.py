@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -129,7 +130,17 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
             where = str(path)
             if not Path(path).is_file():
                 raise ConfigError(f"{path}: config file not found")
-            layers.append(_load_preset(path))
+            try:
+                preset = OmegaConf.load(path)
+            except yaml.YAMLError as e:  # one line: where and what, not the parser's traceback
+                mark = getattr(e, "problem_mark", None)
+                at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                raise ConfigError(f"{path}: YAML syntax error{at}: {getattr(e, 'problem', None) or e}") from None
+            if not isinstance(preset, DictConfig):
+                raise ConfigError(f"{path}: a config file must be a YAML mapping of sections, not a list")
+            if len(preset) == 0:
+                raise ConfigError(f"{path}: empty config file (no keys); a run needs its preset's settings")
+            layers.append(_renamed(preset, str(path)))
         if overrides:
             where = "command-line overrides"
             bad = [o for o in overrides if "=" not in o]
@@ -150,12 +161,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     return cfg
 
 
-def _load_preset(path: str | os.PathLike) -> DictConfig:
-    """A preset file with moved keys renamed (``populora.renamed_keys``)."""
-    node = OmegaConf.load(path)
-    if not isinstance(node, DictConfig):
-        return node
-    return OmegaConf.create(migrate_mapping(OmegaConf.to_container(node), str(path)))
+def _renamed(node: DictConfig, where: str) -> DictConfig:
+    """A loaded preset or saved config with moved keys renamed (``populora.renamed_keys``)."""
+    return OmegaConf.create(migrate_mapping(OmegaConf.to_container(node), where))
 
 
 def to_yaml(cfg: Config) -> str:
@@ -163,12 +171,27 @@ def to_yaml(cfg: Config) -> str:
 
 
 def config_from_yaml_text(text: str) -> Config:
-    """Rebuild a Config from the resolved YAML saved in a run directory."""
-    saved = OmegaConf.create(text)
-    if isinstance(saved, DictConfig):  # run directories written before keys moved
-        saved = OmegaConf.create(migrate_mapping(OmegaConf.to_container(saved), "saved run config"))
-    merged = OmegaConf.merge(OmegaConf.structured(Config), saved)
-    cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    """Rebuild a Config from the resolved YAML saved in a run directory (ConfigError on bad text).
+
+    Run directories written before keys moved read with the new names (``populora.renamed_keys``)."""
+    try:
+        saved = OmegaConf.create(text)
+        if not isinstance(saved, DictConfig) or len(saved) == 0:
+            raise ConfigError("a saved config must be a non-empty YAML mapping of sections")
+        merged = OmegaConf.merge(OmegaConf.structured(Config), _renamed(saved, "saved run config"))
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"YAML syntax error{at}: {getattr(e, 'problem', None) or e}") from None
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        msg = str(e).splitlines()[0]
+        raise ConfigError(f"key {key!r}: {msg}" if key else msg) from None
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None
     validate(cfg)
     return cfg
 

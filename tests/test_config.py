@@ -140,3 +140,32 @@ def test_every_policy_key_the_docs_mention_loads():
         if isinstance(value, list | dict) or key in ("policy.lora", "policy.vllm"):
             continue
         load_config(CONFIGS / "tiny.yaml", [f"{key}={value if value != '' else repr('')}"])
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("model:\n  name: [tiny\n", r"YAML syntax error at line 3, column 1: did not find expected"),
+        ("model: {name: tiny\n", r"YAML syntax error at line 2"),
+        ("- model\n- lora\n", "must be a YAML mapping of sections, not a list"),
+        ("", "empty config file"),
+        ("# only a comment\n", "empty config file"),
+    ],
+)
+def test_yaml_errors_list_and_empty_files_are_one_line_errors_naming_the_file(tmp_path, text, match):
+    path = tmp_path / "preset.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: ") and "\n" not in str(e.value)
+
+
+def test_train_cli_reports_a_bad_preset_in_one_line(tmp_path, capsys):
+    from populora.cli import main
+
+    path = tmp_path / "preset.yaml"
+    path.write_text("- a\n")
+    assert main(["train", "--config", str(path), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # nothing was started

@@ -93,3 +93,42 @@ def test_evolve_list_prints_every_operator_with_defaults(capsys):
     for name, spec in OPERATORS.items():
         assert name in out and spec.summary in out
     assert "drop=0.5 [0, 1)" in out and "eta=0.25 [0, 0.5]" in out
+
+
+def _tree(root) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_evolve_out_never_overwrites_a_parent_or_a_non_empty_directory(tmp_path, capsys):
+    shapes = {"model.layers.0.self_attn.q_proj": (16, 16)}
+    for seed, name in ((0, "p1"), (1, "p2")):
+        AdapterWeights.init(shapes, 2, 4, b_init="random", seed=seed).save_peft(tmp_path / name)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("keep me")
+    (tmp_path / "a-file").write_text("keep me too")
+    before = _tree(tmp_path)
+    pair = ["--parents", str(tmp_path / "p1"), str(tmp_path / "p2")]
+    cases = [
+        (["--out", str(tmp_path / "p2")], "is parent"),
+        (["--out", str(tmp_path / "p1") + "/"], "is parent"),
+        (["--out", str(tmp_path / "busy")], "non-empty directory (notes.txt)"),
+        (["--out", str(tmp_path)], "contains parent"),
+        (["--out", str(tmp_path), "--force"], "contains parent"),  # never, even forced
+        (["--out", str(tmp_path / "busy"), "--force"], "not an adapter directory"),
+        (["--out", str(tmp_path / "a-file"), "--force"], "is a file"),
+    ]
+    for extra, message in cases:
+        assert _cli(["evolve", "delta_merge", *pair, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (extra, err)
+        assert _tree(tmp_path) == before, extra  # nothing written, nothing deleted
+
+    (tmp_path / "empty").mkdir()
+    assert _cli(["evolve", "delta_merge", *pair, "--out", str(tmp_path / "empty")]) == 0
+    child = AdapterWeights.load_peft(tmp_path / "empty")
+    # --force replaces an adapter directory, a parent included (both parents are read first)
+    parents = [AdapterWeights.load_peft(tmp_path / p) for p in ("p1", "p2")]
+    assert _cli(["evolve", "delta_merge", *pair, "--out", str(tmp_path / "p2"), "--force"]) == 0
+    assert AdapterWeights.load_peft(tmp_path / "p2").equal(make_child("delta_merge", parents, seed=0))
+    assert AdapterWeights.load_peft(tmp_path / "p2").equal(child)
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "keep me"

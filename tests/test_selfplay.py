@@ -128,6 +128,24 @@ def test_corrupt_checkpoint_falls_back_to_previous(straight_run: Path, tmp_path:
     assert load_latest(rd / "checkpoints").step == prev_step
 
 
+def test_resume_falls_back_past_a_corrupt_newest_checkpoint_and_sets_it_aside(straight_run: Path, tmp_path: Path):
+    rd = tmp_path / "fallback"
+    shutil.copytree(straight_run, rd)
+    (newest_step, newest), (prev_step, _) = list_checkpoints(rd / "checkpoints")[-1], list_checkpoints(rd / "checkpoints")[-2]
+    assert (newest / "optimizer").is_dir() and not (newest / "optimizer.pt").exists()  # no pickle written
+    state = next((newest / "optimizer").glob("*.safetensors"))
+    data = bytearray(state.read_bytes())
+    data[-3] ^= 0xFF
+    state.write_bytes(bytes(data))
+    summary = train(None, [], run_dir=str(rd), resume=True, progress=False)
+    assert summary["steps_done"] == 6 and summary["status"] == "finished"
+    assert (rd / "checkpoints" / f"unusable-{newest.name}").is_dir()  # kept for a look, never loaded again
+    assert [s for s, _ in list_checkpoints(rd / "checkpoints")] == [prev_step, newest_step]
+    want, got = _final_adapters(straight_run), _final_adapters(rd)
+    assert all(want[k].equal(got[k]) for k in want) and want.keys() == got.keys()
+    assert [without_timings(r) for r in read_metrics(rd)] == [without_timings(r) for r in read_metrics(straight_run)]
+
+
 def test_existing_run_is_not_clobbered(straight_run: Path):
     from populora.config import ConfigError
 

@@ -2,6 +2,9 @@
 
 Applies one weight-space operator to PEFT adapter directories and writes the child as a PEFT
 directory (loadable by peft and vLLM). Parents are given fitter first for crossovers.
+
+``--out`` must be a new or empty directory. ``--force`` lets it replace an existing adapter
+directory (a parent included); it never deletes a directory that holds anything but an adapter.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 
 _PARAM = re.compile(r"^[A-Za-z_]\w*=")
 
@@ -53,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--seed", action=_TakeParams, single=True, convert=int, default=0, metavar="N",
         help="seed of the operator's random draws (default 0)",
     )
+    p.add_argument("--force", action="store_true",
+                   help="replace --out when it is an existing adapter directory (a parent included)")
     p.add_argument("--list", action="store_true", help="print the operator registry with defaults and exit")
     p.set_defaults(func=run)
 
@@ -89,6 +95,10 @@ def run(args: argparse.Namespace) -> int:
     from populora.population.operators import make_child, resolve_params
     from populora.population.validation import ConfigError
 
+    refusal = out_refusal(Path(args.out), [Path(p) for p in args.parents], args.force)
+    if refusal:
+        print(f"populora evolve: {refusal}", file=sys.stderr)
+        return 2
     try:
         params = resolve_params(args.operator, _parse_params(args.params))
         parents = [AdapterWeights.load_peft(d) for d in args.parents]
@@ -97,16 +107,48 @@ def run(args: argparse.Namespace) -> int:
         print(f"populora evolve: {e}", file=sys.stderr)
         return 2
     base = _base_model_of(args.parents[0])
-    child.save_peft(args.out, base_model_name_or_path=base)
+    try:
+        child.save_peft(args.out, base_model_name_or_path=base)
+    except OSError as e:
+        print(f"populora evolve: cannot write --out {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(json.dumps({"operator": args.operator, "params": params, "seed": args.seed,
                       "parents": list(args.parents), "out": str(args.out)}))
     return 0
 
 
+# What an adapter directory may hold for --force to replace it (PEFT writes a README.md too).
+ADAPTER_FILES = frozenset({"adapter_config.json", "adapter_model.safetensors", "README.md"})
+
+
+def out_refusal(out: Path, parents: list[Path], force: bool) -> str | None:
+    """Why the child may not be written to ``out`` (None when it may): never over a file, a parent
+    or a non-empty directory unless ``force``, and never over anything but an adapter directory."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file, not a directory"
+    target = out.resolve()
+    for p in parents:
+        if target in p.resolve().parents:
+            return f"--out {out} contains parent {p}; writing there would delete it"
+    if not out.exists():
+        return None
+    entries = sorted(e.name for e in out.iterdir())
+    if not entries:
+        return None
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    if not force:
+        parent = next((p for p in parents if p.resolve() == target), None)
+        if parent is not None:
+            return f"--out {out} is parent {parent}; the child would replace it (give another --out, or --force)"
+        return f"--out {out} is a non-empty directory ({shown}); give a new or empty one, or --force to replace an adapter"
+    extra = [e for e in entries if e not in ADAPTER_FILES or (out / e).is_dir()]
+    if extra or "adapter_config.json" not in entries:
+        return f"--out {out} is not an adapter directory ({shown}); --force replaces only an adapter directory"
+    return None
+
+
 def _base_model_of(parent_dir: str) -> str | None:
     """The parent's ``base_model_name_or_path``, carried over so the child loads on the same base."""
-    from pathlib import Path
-
     from populora.policy.adapters import CONFIG_NAME
 
     try:

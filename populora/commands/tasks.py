@@ -15,18 +15,21 @@ training) or a bare ``answer`` (wrapped in ``<answer>`` and the fence of its kin
 ``line``, ``format_ok``, ``correct``, ``score``, ``reason``, ``answer``.
 
 A malformed line is reported with its line number (``reason`` starting with ``bad_line``) and the
-rest of the file is processed.
+rest of the file is processed: invalid JSON, bytes that are not UTF-8 (never replaced: a program is
+run exactly as written or not at all), JSON nested too deeply, a line over ``corpus_io.MAX_LINE_BYTES``, or
+missing or mistyped fields. Limits must be finite and positive (an error naming the option), and
+``--out`` is checked writable before any work; the results replace it atomically at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
 from typing import Any
 
+from populora.commands.corpus_io import Output, positive_int, positive_seconds, read_input_lines
 from populora.tasks.records import CODE_F, CODE_I, CODE_O, TASK_TYPES, Proposal, Task, reason_kind
 
 
@@ -54,26 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="write results here (default: standard output)")
-    p.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
-    p.add_argument("--wall-seconds", type=float, default=5.0, help="wall-clock limit per program")
-    p.add_argument("--memory-mb", type=int, default=512, help="address-space limit per program")
-    p.add_argument("--max-output-chars", type=int, default=1000, help="largest accepted output repr")
-
-
-def read_input_lines(path: str) -> list[tuple[int, dict[str, Any] | str]]:
-    """(line number, object) per non-blank line; the object is an error text when the line is malformed."""
-    rows: list[tuple[int, dict[str, Any] | str]] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                rows.append((n, f"bad_line: invalid JSON ({exc.msg} at column {exc.colno})"))
-                continue
-            rows.append((n, obj if isinstance(obj, dict) else "bad_line: not a JSON object"))
-    return rows
+    p.add_argument("--workers", type=positive_int, default=None, help="sandbox workers (default: CPU count)")
+    p.add_argument("--wall-seconds", type=positive_seconds, default=5.0, help="wall-clock limit per program")
+    p.add_argument("--cpu-seconds", type=positive_int, default=None,
+                   help="CPU-time limit per program (default: the wall-clock limit rounded, at least 1)")
+    p.add_argument("--memory-mb", type=positive_int, default=512, help="address-space limit per program")
+    p.add_argument("--max-output-chars", type=positive_int, default=1000, help="largest accepted output repr")
 
 
 def proposal_from_json(obj: dict[str, Any], default_type: str | None) -> Proposal:
@@ -100,23 +89,53 @@ def proposal_from_json(obj: dict[str, Any], default_type: str | None) -> Proposa
 def _open_sandbox(args: argparse.Namespace):
     from populora.sandbox import Sandbox, SandboxLimits
 
+    cpu = args.cpu_seconds if args.cpu_seconds is not None else max(1, int(round(args.wall_seconds)))
     limits = SandboxLimits(
         wall_seconds=args.wall_seconds,
-        cpu_seconds=max(1, int(round(args.wall_seconds))),
+        cpu_seconds=cpu,
         memory_mb=args.memory_mb,
         max_output_chars=args.max_output_chars,
     )
     return Sandbox(limits=limits, workers=args.workers)
 
 
-def _write(results: list[dict[str, Any]], out: str | None) -> None:
-    fh = open(out, "w", encoding="utf-8") if out else sys.stdout
+def _open_output(args: argparse.Namespace, command: str) -> Output | None:
+    out = Output(args.out)
     try:
-        for r in results:
-            fh.write(json.dumps(r) + "\n")
-    finally:
-        if out:
-            fh.close()
+        out.open()
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        print(f"populora tasks {command}: cannot write --out {args.out}: {why}", file=sys.stderr)
+        return None
+    return out
+
+
+def _run_each(items: list, run_batch) -> list:
+    """``run_batch(items)``; if it raises, item by item, so one item that breaks the verifier (deep
+    nesting, a verifier bug) costs only its own result: that item's slot holds the exception."""
+    try:
+        return list(run_batch(items))
+    except Exception:  # noqa: BLE001 - isolated below, item by item
+        out: list = []
+        for item in items:
+            try:
+                out.extend(run_batch([item]))
+            except Exception as exc:  # noqa: BLE001 - reported as this line's result
+                out.append(exc)
+        return out
+
+
+def _close_quietly(sandbox, command: str) -> None:
+    """Close the sandbox; a failure to clean up is reported, never allowed to lose the results."""
+    try:
+        sandbox.close()
+    except Exception as exc:  # noqa: BLE001
+        print(f"populora tasks {command}: warning: sandbox cleanup failed ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+
+
+def _crash_reason(exc: BaseException) -> str:
+    return f"bad_line: the verifier failed on this line ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def _read_items(args: argparse.Namespace, command: str, parse, failed: dict[str, Any]):
@@ -138,6 +157,8 @@ def _read_items(args: argparse.Namespace, command: str, parse, failed: dict[str,
             continue
         try:
             todo.append((n, parse(obj)))
+        except KeyError as exc:
+            results[n] = {"line": n, **failed, "reason": f"bad_line: missing key {exc}"}
         except (ValueError, TypeError) as exc:
             results[n] = {"line": n, **failed, "reason": f"bad_line: {exc}"}
     return results, todo
@@ -146,17 +167,31 @@ def _read_items(args: argparse.Namespace, command: str, parse, failed: dict[str,
 def run_validate(args: argparse.Namespace) -> int:
     from populora.tasks.validation import ValidationConfig, validate_many
 
-    parsed = _read_items(args, "validate", lambda obj: proposal_from_json(obj, args.type),
-                         {"valid": False, "seconds": 0.0})
+    failed = {"valid": False, "seconds": 0.0}
+    out = _open_output(args, "validate")
+    if out is None:
+        return 2
+    parsed = _read_items(args, "validate", lambda obj: proposal_from_json(obj, args.type), failed)
     if parsed is None:
+        out.discard()
         return 2
     results, todo = parsed
     cfg = ValidationConfig(max_output_chars=args.max_output_chars)
     start = time.monotonic()
-    with _open_sandbox(args) as sandbox:
-        verdicts = validate_many([p for _, p in todo], sandbox, cfg)
+    try:
+        sandbox = _open_sandbox(args)
+        try:
+            verdicts = _run_each([p for _, p in todo], lambda ps: validate_many(ps, sandbox, cfg))
+        finally:
+            _close_quietly(sandbox, "validate")
+    except BaseException:
+        out.discard()
+        raise
     elapsed = time.monotonic() - start
     for (n, proposal), v in zip(todo, verdicts):
+        if isinstance(v, Exception):
+            results[n] = {"line": n, "type": proposal.type, **failed, "reason": _crash_reason(v)}
+            continue
         r: dict[str, Any] = {"line": n, "type": proposal.type, "valid": v.valid, "reason": v.reason}
         if proposal.type == CODE_F:
             r["outputs"] = list(v.outputs)
@@ -167,7 +202,7 @@ def run_validate(args: argparse.Namespace) -> int:
             r["task"] = v.task.to_json()
         results[n] = r
     ordered = [results[n] for n in sorted(results)]
-    _write(ordered, args.out)
+    out.commit(ordered)
     kinds = Counter(reason_kind(r["reason"]) or "valid" for r in ordered)
     print(
         f"{kinds.get('valid', 0)}/{len(ordered)} valid in {elapsed:.2f} s; "
@@ -229,13 +264,29 @@ def run_check(args: argparse.Namespace) -> int:
         task = task_from_json(obj)
         return task, completion_from_json(obj, task)
 
-    parsed = _read_items(args, "check", parse, {"format_ok": False, "correct": False, "score": 0.0})
+    failed = {"format_ok": False, "correct": False, "score": 0.0}
+    out = _open_output(args, "check")
+    if out is None:
+        return 2
+    parsed = _read_items(args, "check", parse, failed)
     if parsed is None:
+        out.discard()
         return 2
     results, todo = parsed
-    with _open_sandbox(args) as sandbox:
-        judgements = check_many([item for _, item in todo], sandbox, CheckConfig(fractional=args.fractional))
+    cfg = CheckConfig(fractional=args.fractional)
+    try:
+        sandbox = _open_sandbox(args)
+        try:
+            judgements = _run_each([item for _, item in todo], lambda items: check_many(items, sandbox, cfg))
+        finally:
+            _close_quietly(sandbox, "check")
+    except BaseException:
+        out.discard()
+        raise
     for (n, _), j in zip(todo, judgements):
+        if isinstance(j, Exception):
+            results[n] = {"line": n, **failed, "reason": _crash_reason(j), "answer": None}
+            continue
         results[n] = {
             "line": n,
             "format_ok": j.format_ok,
@@ -245,6 +296,6 @@ def run_check(args: argparse.Namespace) -> int:
             "answer": j.answer,
         }
     ordered = [results[n] for n in sorted(results)]
-    _write(ordered, args.out)
+    out.commit(ordered)
     print(f"{sum(r['correct'] for r in ordered)}/{len(ordered)} correct", file=sys.stderr)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -58,8 +57,10 @@ def launch_local_ranks(nproc: int, argv: list[str]) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from populora.checkpoint import CheckpointError
     from populora.config import ConfigError
     from populora.distributed.env import rank_env
+    from populora.jsonl import JsonlError
     from populora.selfplay.runner import train
 
     if not args.resume and not args.config:
@@ -76,9 +77,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"populora train: {e}", file=sys.stderr)
         return 2
-    if rank_env().rank == 0:
-        print_summary(Path(summary["run_dir"]))
-    return 0
+    except (CheckpointError, JsonlError) as e:  # a run directory that cannot be resumed as it is: left unchanged
+        print(f"populora train: {e}", file=sys.stderr)
+        return 1
+    if rank_env().rank != 0:
+        return 0  # rank 0 prints the summary
+    return _print_or_fail("train", Path(summary["run_dir"]))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -86,25 +90,40 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not (rd / "config.yaml").exists():
         print(f"populora status: {rd} is not a run directory (no config.yaml)", file=sys.stderr)
         return 2
+    return _print_or_fail("status", rd, code=2)
+
+
+def _print_or_fail(command: str, rd: Path, code: int = 1) -> int:
     try:
         print_summary(rd)
-    except ValueError as e:  # a damaged metrics.jsonl or summary.json: name the file, keep the run
-        print(f"populora status: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:  # a damaged metrics.jsonl, lineage.jsonl or summary.json: name it, keep the run
+        print(f"populora {command}: {e}", file=sys.stderr)
+        return code
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from populora.checkpoint import CheckpointError
+    from populora.config import ConfigError
+    from populora.jsonl import JsonlError
     from populora.selfplay.runner import train
 
     rd = Path(args.run_dir)
     resume = (rd / "config.yaml").exists()
     if resume:
         print(f"resuming the demo run in {rd} (delete it to start over)")
-    summary = train(None if resume else DEMO_CONFIG, args.overrides, run_dir=str(rd), resume=resume)
-    print_summary(Path(summary["run_dir"]))
-    print_examples(rd)
-    return 0
+    try:
+        summary = train(None if resume else DEMO_CONFIG, args.overrides, run_dir=str(rd), resume=resume)
+    except ConfigError as e:
+        print(f"populora demo: {e}", file=sys.stderr)
+        return 2
+    except (CheckpointError, JsonlError) as e:
+        print(f"populora demo: {e}", file=sys.stderr)
+        return 1
+    code = _print_or_fail("demo", Path(summary["run_dir"]))
+    if code == 0:
+        print_examples(rd)
+    return code
 
 
 def _fmt(v) -> str:
@@ -121,25 +140,22 @@ def print_summary(rd: Path) -> None:
     from rich.table import Table
 
     from populora.checkpoint import list_checkpoints
+    from populora.jsonl import read_json_object, read_jsonl
     from populora.selfplay.metrics import read_metrics
 
     con = Console()
     rows = read_metrics(rd)
-    summary = None
-    if (rd / "summary.json").exists():
-        try:
-            summary = json.loads((rd / "summary.json").read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{rd / 'summary.json'}: invalid JSON ({e})") from e
-    state = summary["status"] if summary else "running or interrupted (no summary.json yet)"
+    summary = read_json_object(rd / "summary.json", what="run summary")
+    events = read_jsonl(rd / "lineage.jsonl", what="lineage record")
+    state = summary.get("status", "?") if summary is not None else "running or interrupted (no summary.json yet)"
     con.print(f"[bold]run[/bold] {rd}  status: {state}  steps logged: {len(rows)}")
     if rows:
-        props = sum(r.get("teacher/proposals") or 0 for r in rows)
-        valid = sum(r.get("teacher/valid_tasks") or 0 for r in rows)
+        props = sum(_count(r.get("teacher/proposals")) for r in rows)
+        valid = sum(_count(r.get("teacher/valid_tasks")) for r in rows)
         con.print(f"over the run: {props} proposals, {valid} valid tasks ({valid / max(1, props):.0%}), "
                   f"{len(rows)} steps")
         last = rows[-1]
-        t = Table(title=f"step {last['step']}: tasks")
+        t = Table(title=f"step {last.get('step')}: tasks")
         for col in ("task type", "teacher valid rate", "teacher reward", "student solve rate", "student format rate"):
             t.add_column(col)
         for tt in ("code_o", "code_i", "code_f"):
@@ -156,13 +172,12 @@ def print_summary(rd: Path) -> None:
                       _fmt(last.get(f"member/{mid}/valid_rate")), _fmt(last.get(f"member/{mid}/solve_rate")),
                       _fmt(last.get(f"adapter/{mid}/sequences")), _fmt(last.get(f"adapter/{mid}/optimizer_steps")))
         con.print(r)
-        times = {k[5:-2]: v for k, v in last.items() if k.startswith("time/") and v is not None}
+        times = {k[5:-2]: v for k, v in last.items() if k.startswith("time/") and isinstance(v, (int, float))}
         con.print("time of the last step (s): " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
-    events = [json.loads(x) for x in (rd / "lineage.jsonl").read_text().splitlines()] if (rd / "lineage.jsonl").exists() else []
     replaced = [e for e in events if e.get("event") == "replacement"]
     con.print(f"evolution events: {len(replaced)}")
     for e in replaced[-6:]:
-        child = e["member"]
+        child = e["member"] if isinstance(e.get("member"), dict) else {}
         con.print(f"  step {e.get('step')}: {e.get('replaced')} -> {child.get('id')} by {child.get('operator')} "
                   f"from {child.get('parents')}")
     ckpts = list_checkpoints(rd / "checkpoints")
@@ -170,21 +185,26 @@ def print_summary(rd: Path) -> None:
               f"final adapters {rd / 'adapters'}; examples {rd / 'examples.jsonl'}")
 
 
+def _count(v) -> int | float:
+    """A count from a metrics row; anything but a number (null, a damaged value) counts 0."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
 def print_examples(rd: Path, n: int = 4) -> None:
-    path = rd / "examples.jsonl"
-    if not path.exists():
-        return
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    from populora.jsonl import read_jsonl
+
+    rows = read_jsonl(rd / "examples.jsonl", what="example")
     valid = [r for r in rows if r.get("valid")][-n:]
     invalid = [r for r in rows if not r.get("valid")][-2:]
     print("\nExample tasks proposed by the teachers (last steps):")
     for r in valid:
-        print(f"--- step {r['step']} {r['teacher']} {r['type']}: valid; student solved "
-              f"{r['student_correct']}/{r['student_attempts']}")
-        print(r["program"].rstrip())
-        if r["type"] == "code_f":
-            print(f"inputs: {r['input']}\noutputs: {r['output']}\nmessage: {r['message']}")
+        g = r.get
+        print(f"--- step {g('step')} {g('teacher')} {g('type')}: valid; student solved "
+              f"{g('student_correct')}/{g('student_attempts')}")
+        print(str(g("program", "")).rstrip())
+        if g("type") == "code_f":
+            print(f"inputs: {g('input')}\noutputs: {g('output')}\nmessage: {g('message')}")
         else:
-            print(f"input: {r['input']}\noutput: {r['output']}")
+            print(f"input: {g('input')}\noutput: {g('output')}")
     for r in invalid:
-        print(f"--- step {r['step']} {r['teacher']} {r['type']}: rejected ({r['reason']})")
+        print(f"--- step {r.get('step')} {r.get('teacher')} {r.get('type')}: rejected ({r.get('reason')})")

@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from populora.jsonl import read_jsonl
+from populora.jsonl import JsonlError, json_kind, read_jsonl_numbered
 
 SEED_TEACHER = "seed"
 TASKS_FILE = "tasks.jsonl"
@@ -94,25 +94,57 @@ def _config_facts(path: Path) -> tuple[str, bool]:
         try:
             data = OmegaConf.to_container(OmegaConf.load(cfg))
         except Exception as e:  # noqa: BLE001 - yaml errors have several types
-            raise RunDirError(f"{cfg}: cannot parse ({e})") from e
+            raise RunDirError(f"{cfg}: cannot parse ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from e
+        if not isinstance(data, dict):
+            raise RunDirError(f"{cfg}: a YAML {json_kind(data)} where a mapping of sections is expected")
+        population = data.get("population") or {}
+        if not isinstance(population, dict):
+            raise RunDirError(f"{cfg}: 'population' must be a mapping, got {population!r:.60}")
         name = str(data.get("name") or name)
-        baseline = bool((data.get("population") or {}).get("baseline", False))
+        baseline = bool(population.get("baseline", False))
     return name, baseline
 
 
 def _from_task_json(d: dict) -> ValidTask:
-    return ValidTask(int(d.get("step", 0)), str(d.get("teacher_id", "")), d["type"], d["program"])
+    return ValidTask(_int(d.get("step", 0), "step"), str(d.get("teacher_id", "")), _str(d, "type"), _str(d, "program"))
 
 
 def _from_example(d: dict) -> ValidTask:
-    return ValidTask(int(d["step"]), str(d.get("teacher", "")), d["type"], d["program"])
+    return ValidTask(_int(d.get("step"), "step"), str(d.get("teacher", "")), _str(d, "type"), _str(d, "program"))
+
+
+def _int(v, key: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise ValueError(f"{key!r} must be an integer, got {v!r:.60}")
+    return v
+
+
+def _str(d: dict, key: str) -> str:
+    if not isinstance(d.get(key), str):
+        raise ValueError(f"{key!r} must be a string, got {d.get(key)!r:.60}")
+    return d[key]
+
+
+def _rows(path: Path, convert, what: str = "JSON") -> list:
+    """``convert(row)`` for every row of a JSON-lines file; RunDirError naming file and line otherwise."""
+    out = []
+    try:
+        for line, row in read_jsonl_numbered(path, what=what):
+            try:
+                out.append(convert(row))
+            except (KeyError, TypeError, ValueError) as e:
+                why = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+                raise RunDirError(f"{path}:{line}: {why}") from None
+    except JsonlError as e:
+        raise RunDirError(str(e)) from None
+    return out
 
 
 def load_tasks(path: Path, examples: list[dict]) -> tuple[list[ValidTask], str]:
     """Every valid task the run directory keeps, deduplicated, oldest step first; and the source used."""
     tasks_file = path / TASKS_FILE
     if tasks_file.is_file():
-        rows = [_from_task_json(d) for d in read_jsonl(tasks_file)]
+        rows = _rows(tasks_file, _from_task_json)
         source = TASKS_FILE
     else:
         rows = []
@@ -120,11 +152,12 @@ def load_tasks(path: Path, examples: list[dict]) -> tuple[list[ValidTask], str]:
         for state_file in ckpts:
             try:
                 state = json.loads(state_file.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as e:
-                raise RunDirError(f"{state_file}: cannot read ({e})") from e
-            for buf in (state.get("buffers") or {}).values():
-                rows += [_from_task_json(t) for t in buf.get("tasks", [])]
-        rows += [_from_example(d) for d in examples if d.get("valid") and d.get("program")]
+                for buf in (state.get("buffers") or {}).values():
+                    rows += [_from_task_json(t) for t in buf.get("tasks", [])]
+            except (OSError, UnicodeDecodeError, RecursionError, json.JSONDecodeError, AttributeError, KeyError,
+                    TypeError, ValueError) as e:
+                raise RunDirError(f"{state_file}: cannot read its task buffers ({type(e).__name__}: {e})") from e
+        rows += [_from_example(d) for d in examples if _shows_valid_task(d)]
         source = f"checkpoint buffers ({len(ckpts)} checkpoints) + examples.jsonl"
     # Complexity and coverage depend on the program only: one task per (author, step, type, program)
     # (a buffer task and the example row showing it are the same task; so are two inputs to one program).
@@ -134,16 +167,41 @@ def load_tasks(path: Path, examples: list[dict]) -> tuple[list[ValidTask], str]:
     return list(seen.values()), source
 
 
+def _metrics_row(row: dict) -> dict:
+    _int(row.get("step"), "step")
+    return row
+
+
+def _shows_valid_task(row: dict) -> bool:
+    return bool(row.get("valid") and row.get("program"))
+
+
+def _example_row(row: dict) -> dict:
+    if _shows_valid_task(row):
+        _from_example(row)
+    return row
+
+
+def _lineage_row(row: dict) -> dict:
+    if "member" in row:
+        m = row["member"]
+        if not isinstance(m, dict):
+            raise ValueError(f"'member' must be an object, got {m!r:.60}")
+        _str(m, "id")
+        _str(m, "role")
+    return row
+
+
 def load_run(path: str | os.PathLike) -> Run:
     """Everything diagnostics need from one run directory."""
     path = Path(path)
     if not path.is_dir():
         raise RunDirError(f"{path}: not a directory")
-    metrics = read_jsonl(path / "metrics.jsonl")
+    metrics = _rows(path / "metrics.jsonl", _metrics_row)
     if not metrics:
         raise RunDirError(f"{path / 'metrics.jsonl'}: missing or empty; is {path} a run directory?")
-    lineage = read_jsonl(path / "lineage.jsonl")
-    examples = read_jsonl(path / "examples.jsonl")
+    lineage = _rows(path / "lineage.jsonl", _lineage_row, what="lineage record")
+    examples = _rows(path / "examples.jsonl", _example_row)
     name, baseline = _config_facts(path)
     roles = {r["member"]["id"]: r["member"]["role"] for r in lineage if "member" in r}
     if baseline and not roles:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from populora.jsonl import read_jsonl, truncate_jsonl
+from populora.jsonl import read_jsonl, step_of, truncate_jsonl
 
 TIME_PREFIX = "time/"
 
@@ -60,8 +60,11 @@ class MetricsLog:
             self._tb.flush()
 
     def truncate_after(self, step: int) -> None:
-        """Drop lines of steps after ``step`` (written before a crash, redone after resume)."""
-        truncate_jsonl(self.path, lambda row: row.get("step", 0) <= step)
+        """Drop lines of steps after ``step`` (written before a crash, redone after resume).
+
+        A malformed line other than a torn last one is an error naming file and line; nothing is dropped then.
+        """
+        truncate_jsonl(self.path, lambda row: step_of(row) <= step)
 
     def close(self) -> None:
         if self._tb is not None:
@@ -69,7 +72,10 @@ class MetricsLog:
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:
-    """The rows of ``RUN_DIR/metrics.jsonl``, one per step ([] before the first step)."""
+    """The rows of ``RUN_DIR/metrics.jsonl``, one per step ([] before the first step).
+
+    JsonlError (a ValueError) naming file and line for a malformed line other than a torn last one.
+    """
     return read_jsonl(Path(run_dir) / "metrics.jsonl")
 
 

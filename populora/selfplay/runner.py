@@ -28,13 +28,16 @@ from pathlib import Path
 from tqdm import tqdm
 
 from populora import checkpoint
+from populora.checkpoint import Checkpoint, CheckpointError, Unusable, find_latest, set_aside
 from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
-from populora.jsonl import truncate_jsonl
-from populora.selfplay.metrics import MetricsLog
+from populora.jsonl import JsonlError, read_json_object, step_of, truncate_jsonl_files
+from populora.selfplay.metrics import MetricsLog, read_metrics
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
 RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard",
                   "run.collective_timeout_s")
+# JSON-lines files of a run, one row per record with its step: cut back to the checkpoint on resume.
+RUN_LOGS = ("metrics.jsonl", "lineage.jsonl", "examples.jsonl", "tasks.jsonl")
 
 
 class StopFlag:
@@ -72,12 +75,19 @@ def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | No
         bad = [o for o in overrides if o.split("=", 1)[0] not in RESUMABLE_KEYS]
         if bad:
             raise ConfigError(f"override {bad[0]!r} cannot change on resume; allowed keys: {', '.join(RESUMABLE_KEYS)}")
-        cfg = config_from_yaml_text(cfg_file.read_text())
+        try:
+            cfg = config_from_yaml_text(cfg_file.read_text(encoding="utf-8"))
+        except (ConfigError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{cfg_file}: {e}") from None
         if overrides:
             from omegaconf import OmegaConf
+            from omegaconf.errors import OmegaConfBaseException
 
-            merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
-            cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
+            try:
+                merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
+                cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
+            except (ConfigError, OmegaConfBaseException) as e:
+                raise ConfigError(f"command-line overrides: {str(e).splitlines()[0]}") from None
         return cfg, rd
     cfg = load_config(config_file, overrides)
     rd = Path(run_dir) if run_dir else run_dir_of(cfg)
@@ -129,18 +139,16 @@ def train(
 
 
 def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signals: bool, progress: bool) -> dict:
-    ckpt = _latest_checkpoint(rd / "checkpoints", comm) if resume else None
+    # Rank 0 decides where to start (and prepares the run directory for it); every rank follows.
+    kind, value = comm.gather(_start_point(cfg, rd, resume) if comm.is_main else None)[0]
+    if kind == "error":
+        raise value
+    if kind == "done":
+        return value
+    ckpt = checkpoint.load_checkpoint(value, verified=True) if kind == "from" else None
     start = ckpt.step if ckpt else 0
     summary_file = rd / "summary.json"
-    if resume and summary_file.exists() and start >= cfg.selfplay.steps:
-        return json.loads(summary_file.read_text())
-
     metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard) if comm.is_main else None
-    if comm.is_main:
-        # Lines written after the checkpoint we resume from are redone: drop them first.
-        metrics.truncate_after(start)
-        for name in ("lineage.jsonl", "examples.jsonl", "tasks.jsonl"):
-            truncate_jsonl(rd / name, lambda row: row.get("step", 0) <= start)
 
     stop = StopFlag()
     old_handlers = stop.install() if handle_signals else {}
@@ -226,18 +234,61 @@ def _comm_device(config_file, overrides, run_dir, resume) -> str:
     return "cpu"
 
 
+def _start_point(cfg: Config, rd: Path, resume: bool) -> tuple[str, object]:
+    """Rank 0's decision, shared with every rank: ``("start", None)``, ``("from", checkpoint path)``,
+    ``("done", summary)`` (a finished run: nothing to do, nothing touched) or ``("error", exception)``
+    (a run that cannot be resumed as it is: raised on every rank, nothing changed)."""
+    if not resume:
+        return "start", None
+    try:
+        ckpt, skipped = resume_point(cfg, rd)
+        start = ckpt.step if ckpt else 0
+        done = read_json_object(rd / "summary.json", what="run summary")
+        if done is not None and start >= cfg.selfplay.steps:
+            return "done", done
+        # Lines written after the checkpoint are redone: drop them (every file is checked first, and
+        # a malformed line stops the resume before anything changes). Without a checkpoint the first
+        # one was never due: the lines of those steps and the founders are all written again.
+        truncate_jsonl_files([rd / n for n in RUN_LOGS],
+                             (lambda row: step_of(row) <= start) if ckpt else (lambda row: False))
+        set_aside(skipped)
+    except (CheckpointError, JsonlError) as e:
+        return "error", e
+    return ("from", str(ckpt.path)) if ckpt else ("start", None)
+
+
+def resume_point(cfg: Config, rd: Path) -> tuple[Checkpoint | None, list[Unusable]]:
+    """The newest checkpoint of run ``rd`` that loads, and the newer unusable ones (set aside on resume).
+
+    ``(None, [])`` only when no checkpoint was ever due: no checkpoint directory, no summary and no
+    logged step at or past the first checkpoint step (``min(run.checkpoint_every, selfplay.steps)``),
+    i.e. the run stopped before its first checkpoint and starting it again loses nothing. Otherwise
+    a missing or unusable checkpoint is a CheckpointError naming each one and why, raised before
+    anything in the run directory is changed.
+    """
+    ckpt, skipped = find_latest(rd / "checkpoints")
+    if ckpt is not None:
+        return ckpt, skipped
+    rows = read_metrics(rd)  # a malformed line: JsonlError naming it
+    try:
+        logged = max((step_of(r) for r in rows), default=0)
+    except ValueError as e:
+        raise JsonlError(f"{rd / 'metrics.jsonl'}: {e}") from None
+    first_due = min(cfg.run.checkpoint_every, cfg.selfplay.steps)
+    if skipped or (rd / "summary.json").exists() or logged >= first_due:
+        why = "; ".join(f"{u.path.name}: {u.reason}" for u in skipped) or (
+            f"{rd / 'checkpoints'} holds none, but metrics.jsonl reaches step {logged}" if logged
+            else f"{rd / 'checkpoints'} holds none, but the run wrote summary.json")
+        raise CheckpointError(f"cannot resume {rd}: no usable checkpoint ({why}); nothing was changed. "
+                              f"To start over, move {rd} away and start a new run")
+    return None, []
+
+
 def _progress_line(row: dict) -> str:
     valid = [v for k, v in row.items() if k.startswith("teacher/") and k.endswith("valid_rate") and v is not None]
     solve = [v for k, v in row.items() if k.startswith("student/") and k.endswith("/solve_rate") and v is not None]
     fmt = lambda xs: f"{sum(xs) / len(xs):.2f}" if xs else "-"  # noqa: E731
     return f"valid {fmt(valid)} solve {fmt(solve)} step {row['time/step_s']:.1f}s"
-
-
-def _latest_checkpoint(root: Path, comm):
-    """The newest good checkpoint: rank 0 verifies the files (hashing them once), every rank then reads
-    the members it needs from it."""
-    path = comm.gather(str(checkpoint.latest_good(root) or "") if comm.is_main else None)[0]
-    return checkpoint.load_checkpoint(path, verified=True) if path else None
 
 
 def _save(sp, rd: Path, step: int, cfg: Config, comm) -> None:
