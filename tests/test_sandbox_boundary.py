@@ -40,7 +40,9 @@ def assert_honest_after(box: Sandbox, n: int = 30) -> None:
 
 
 def ctypes_program(body: str) -> Program:
-    return Program("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n" + body, calls=("0",))
+    return Program(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n" + body, calls=("0",)
+    )
 
 
 # --- item 1: a deep tree and an inode flood ---------------------------------------------------
@@ -194,7 +196,9 @@ def f(x):
 def test_no_other_job_in_a_childs_memory(victim_first):
     needs_full()
     own, secret = secrets.token_hex(16), secrets.token_hex(16)
-    victim = Program(f"# VICTIMSECRET{secret}\ndef f(s):\n    return len(s)", calls=(f"'VICTIMSECRET{secret}'",))
+    victim = Program(
+        f"# VICTIMSECRET{secret}\ndef f(s):\n    return len(s)", calls=(f"'VICTIMSECRET{secret}'",)
+    )
     attacker = Program(SCAN.format(own=own), calls=("0",))
     pair = [victim, attacker] if victim_first else [attacker, victim]
     with Sandbox(limits=LIMITS, workers=1) as box:

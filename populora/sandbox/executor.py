@@ -164,7 +164,9 @@ class Sandbox:
             raise ValueError(f"Sandbox without={sorted(unknown)}: expected layers among {LAYERS}")
         self.limits = (limits or SandboxLimits()).validate()
         self.without = tuple(without)  # only for measuring a layer's cost: every layer is on by default
-        self._seccomp = {"unavailable": "left out (without=)"} if "seccomp" in without else seccomp.filter_for_servers()
+        self._seccomp = (
+            {"unavailable": "left out (without=)"} if "seccomp" in without else seccomp.filter_for_servers()
+        )
         self.workers = max(1, int(workers or self.limits.workers or os.cpu_count() or 1))
         self.isolation = isolation
         self.hash_seed = int(hash_seed)
@@ -208,7 +210,9 @@ class Sandbox:
                 t.start()
             for t in threads:
                 t.join()
-        return [o if o is not None else results.crashed("lane_failed", "no outcome recorded") for o in outcomes]
+        return [
+            o if o is not None else results.crashed("lane_failed", "no outcome recorded") for o in outcomes
+        ]
 
     def server_pids(self) -> list[int]:
         """Process ids of the running fork servers (for tests of restart after a server's death)."""
@@ -265,9 +269,7 @@ class Sandbox:
                 server.send(jobs)
                 for i, (job, _) in zip(chunk, jobs):
                     answer, res, out = server.receive(job, timeout)
-                    outcomes[i] = results.classify(
-                        answer, res, out, job["token"], job["values"], self.limits
-                    )
+                    outcomes[i] = results.classify(answer, res, out, job["token"], job["values"], self.limits)
                     done += 1
                     if answer.get("retire"):  # the server found damage it cannot repair: replace it
                         server.close()

@@ -132,7 +132,9 @@ def enter_namespaces(network: bool, needed_paths: list[str]) -> dict:
                 os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
             mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
             device = path.startswith("/dev/")
-            mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if device else MS_NODEV))
+            mount(
+                None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if device else MS_NODEV)
+            )
         for link in ("/lib", "/lib64", "/usr/lib64"):  # merged-/usr systems: the loader's paths
             if os.path.islink(link) and not os.path.lexists(new + link):
                 os.makedirs(os.path.dirname(new + link), exist_ok=True)

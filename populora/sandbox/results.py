@@ -99,7 +99,9 @@ def check_result(buf: bytes, overflow: bool, token: str, expected_values: int, l
         return Outcome(status=OK, values=values)
     allowed = CHILD_REASONS.get(status)
     if allowed is None or not (reason in allowed or (status == ERROR and RUNTIME_ERROR.fullmatch(reason))):
-        return crashed("bad_result", f"impossible status/reason {clean_text(status, 40)!r}/{clean_text(reason, 80)!r}")
+        return crashed(
+            "bad_result", f"impossible status/reason {clean_text(status, 40)!r}/{clean_text(reason, 80)!r}"
+        )
     if values:
         return crashed("bad_result", "values with a failure")
     return Outcome(status=status, reason=reason, detail=clean_text(detail))
@@ -116,7 +118,9 @@ def classify(answer: dict, res: bytes, out: bytes, token: str, expected_values: 
     elif answer.get("signal") is not None:
         sig = int(answer["signal"])
         cpu_limit = max(1, math.ceil(limits.cpu_seconds))
-        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and float(answer.get("cpu", 0)) >= cpu_limit - 0.05):
+        if sig == signal.SIGXCPU or (
+            sig == signal.SIGKILL and float(answer.get("cpu", 0)) >= cpu_limit - 0.05
+        ):
             outcome = Outcome(TIMEOUT, "timeout", detail=f"CPU-time limit of {limits.cpu_seconds} s")
         else:
             try:
@@ -127,12 +131,18 @@ def classify(answer: dict, res: bytes, out: bytes, token: str, expected_values: 
     else:
         code = int(answer.get("exit") or 0) & 0xFF
         if code == SETUP_FAILED and not res:
-            outcome = crashed("setup_failed", f"the child could not be confined; the program did not run: {stdout}")
+            outcome = crashed(
+                "setup_failed", f"the child could not be confined; the program did not run: {stdout}"
+            )
             stdout = ""
         elif code != 0 or not res:
-            outcome = Outcome(CRASHED, f"crashed:exit_{code}", detail=f"exited without a result (exit status {code})")
+            outcome = Outcome(
+                CRASHED, f"crashed:exit_{code}", detail=f"exited without a result (exit status {code})"
+            )
         else:
-            outcome = check_result(res, bool(answer.get("res_overflow")), token, expected_values, int(limits.max_output_chars))
+            outcome = check_result(
+                res, bool(answer.get("res_overflow")), token, expected_values, int(limits.max_output_chars)
+            )
     outcome.stdout = stdout
     outcome.seconds = seconds
     return outcome

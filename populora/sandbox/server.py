@@ -351,8 +351,10 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
     gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write pages)
     os.environ.pop("PYTHONHASHSEED", None)  # the hash secret is already drawn; children need no copy
     server = Server(config, mode, report, req)
-    report["seccomp"] = "loaded in every child" if server.seccomp else config.get("seccomp", {}).get(
-        "unavailable", "not requested"
+    report["seccomp"] = (
+        "loaded in every child"
+        if server.seccomp
+        else config.get("seccomp", {}).get("unavailable", "not requested")
     )
     protocol.write_json(resp, {"ready": True, "mode": mode, "report": report, "pid": os.getpid()})
     while True:
