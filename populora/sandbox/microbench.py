@@ -1,12 +1,16 @@
 """Micro-benchmark: executions per second of ``Sandbox.run_many`` vs ``execute_naive``.
 
-    python -m populora.sandbox.microbench [--programs 200] [--workers N]
+    python -m populora.sandbox.microbench [--programs 200] [--workers N] [--cpu] [--layers]
 
 Both sides run the same batch of small AZR-style programs with the same limits and the same
 number of concurrent executions (the naive side uses a thread pool of ``workers`` threads, each
 starting one ``python -I -S -c`` process per execution). Sandbox start-up (fork servers of both
 replicas) is timed separately and excluded from the throughput, then reported. The official
 validation benchmark is ``populora bench executor``; this one isolates the executor itself.
+
+``--layers`` measures what each isolation layer costs per execution: one lane runs the same small
+program with every layer, then with each layer left out (``Sandbox(without=...)``), in alternating
+rounds, best round kept; the difference is that layer's cost.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from populora.sandbox.api import Program, SandboxLimits
-from populora.sandbox.executor import Sandbox
+from populora.sandbox.executor import LAYERS, Sandbox
 from populora.sandbox.naive import execute_naive
 
 TEMPLATES = [
@@ -87,6 +91,29 @@ def cpu_breakdown(n: int) -> dict[str, float]:
     }
 
 
+def layer_costs(n: int = 300, rounds: int = 5) -> dict[str, float]:
+    """Milliseconds of wall time per execution (one lane, best of ``rounds``) with every layer
+    (``"all"``) and with each of ``LAYERS`` left out (``"without <layer>"``)."""
+    programs = [Program("def f(a):\n    return sorted(a)", calls=("[3, 1, 2]",)) for _ in range(n)]
+    configs = {"all": ()} | {f"without {layer}": (layer,) for layer in LAYERS}
+    boxes = {name: Sandbox(workers=1, without=without) for name, without in configs.items()}
+    best = dict.fromkeys(configs, float("inf"))
+    try:
+        for box in boxes.values():
+            box.run_many(programs[:20])  # warm
+        for _ in range(rounds):
+            for name, box in boxes.items():
+                start = time.perf_counter()
+                outs = box.run_many(programs)
+                best[name] = min(best[name], 1000 * (time.perf_counter() - start) / n)
+                if not all(o.ok for o in outs):
+                    raise RuntimeError(f"{name}: {[o.reason for o in outs if not o.ok][:3]}")
+    finally:
+        for box in boxes.values():
+            box.close()
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", type=int, default=200)
@@ -94,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cpu", action="store_true", help="also print CPU per program, by process (Linux /proc)"
     )
+    parser.add_argument("--layers", action="store_true", help="also print each isolation layer's cost")
     args = parser.parse_args(argv)
     limits = SandboxLimits()
     programs = corpus(args.programs)
@@ -129,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['children']:.2f} ms, caller {c['caller']:.2f} ms; wall {c['wall']:.2f} ms "
             f"(child {c['child_wall']:.2f} ms)"
         )
+    if args.layers:
+        costs = layer_costs()
+        print(f"per execution, one lane, best of 5 x 300 (all layers: {costs['all']:.3f} ms):")
+        for layer in LAYERS:
+            without = costs[f"without {layer}"]
+            print(f"  {layer:<14} {costs['all'] - without:+.3f} ms  (without it: {without:.3f} ms)")
     return 0 if agree == n else 1
 
 
