@@ -124,6 +124,10 @@ def compile_filter() -> tuple[bytes, tuple[str, ...]]:
         raise SeccompUnavailable(f"pyseccomp/libseccomp not available: {exc}") from None
     try:
         filt = sc.SyscallFilter(sc.ALLOW)  # bad architecture -> KILL (libseccomp's default)
+        try:  # a binary tree of the call numbers instead of a chain: the kernel runs the filter over
+            filt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)  # every call number when it is loaded (its cache)
+        except (OSError, ValueError, RuntimeError):
+            pass  # libseccomp older than 2.5: the chain works the same, a little slower to load
         eperm = sc.ERRNO(errno.EPERM)
         unknown = []
 

@@ -73,10 +73,15 @@ class Server:
         self.scratch_bytes = max(16 << 20, 8 * int(self.limits["max_file_bytes"]))
         self.own_ipc = mode == "full" and "ipc_namespace" not in config.get("without", ())
         self.tmpfs = mode == "full" and "scratch_tmpfs" not in config.get("without", ())
-        if mode == "full" and not self.tmpfs:  # measuring the layer: one tmpfs per server, a directory per job
+        if (
+            mode == "full" and not self.tmpfs
+        ):  # measuring the layer: one tmpfs per server, a directory per job
             flags = isolation.MS_NOSUID | isolation.MS_NODEV
-            isolation.mount("tmpfs", isolation.WORK_DIR, "tmpfs", flags, f"size={self.scratch_bytes},mode=711")
+            isolation.mount(
+                "tmpfs", isolation.WORK_DIR, "tmpfs", flags, f"size={self.scratch_bytes},mode=711"
+            )
             self.scratch_root = isolation.WORK_DIR
+        self.res, self.out = _Capture(), _Capture()
         bpf = config.get("seccomp", {}).get("bpf")
         self.seccomp = isolation.FilterProgram(bytes.fromhex(bpf)) if bpf else None
 
@@ -164,7 +169,7 @@ class Server:
         deadline = start + float(limits["wall_seconds"])
         res_cap = 4096 + int(job["calls"]) * (4 * int(limits["max_output_chars"]) + 8)
         out_cap = 4 * int(limits["max_stdout_chars"]) + 4
-        res, out = _Capture(res_cap), _Capture(out_cap)
+        res, out = self.res.reset(res_cap), self.out.reset(out_cap)
         pidfd = os.pidfd_open(pid)
         poller = select.poll()
         # The result frame is read once the child has exited, saving a wake-up per program, when
@@ -244,23 +249,33 @@ class Server:
 
 class _Capture:
     """A bounded buffer filled straight from a pipe (``readv``: no intermediate bytes objects, so
-    nothing of the program's output is left in freed memory once ``wipe`` has run)."""
+    nothing of the program's output is left in freed memory once ``wipe`` has run). One per server
+    and channel, reused from program to program."""
 
-    def __init__(self, cap: int):
-        self.buf = bytearray(cap)
+    _sink = bytearray(1 << 16)  # what arrives past the cap is read here and zeroed
+
+    def __init__(self) -> None:
+        self.buf = bytearray(0)
         self.size = 0
+        self.cap = 0
         self.overflow = False
-        self._sink = bytearray(1 << 16)
+
+    def reset(self, cap: int) -> _Capture:
+        if len(self.buf) < cap:
+            self.buf = bytearray(cap)
+        self.cap, self.size, self.overflow = cap, 0, False
+        return self
 
     def read_from(self, fd: int) -> bool:
         """Read what ``fd`` holds; False at end of file. Bytes past the cap are dropped (overflow)."""
-        view = memoryview(self.buf)[self.size :] if self.size < len(self.buf) else memoryview(self._sink)
-        n = os.readv(fd, [view])
-        if self.size < len(self.buf):
+        if self.size < self.cap:
+            n = os.readv(fd, [memoryview(self.buf)[self.size : self.cap]])
             self.size += n
-        elif n:
+            return n > 0
+        n = os.readv(fd, [self._sink])
+        if n:
             self.overflow = True
-            view[:n] = bytes(n)
+            self._sink[:n] = bytes(n)
         return n > 0
 
     def view(self) -> memoryview:
