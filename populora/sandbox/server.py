@@ -31,7 +31,6 @@ import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])  # sibling modules, imported as top-level modules
 
-import fcntl  # noqa: E402
 import gc  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
@@ -40,6 +39,7 @@ import select  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 
+import channels  # noqa: E402
 import isolation  # noqa: E402
 import protocol  # noqa: E402
 import runner  # noqa: E402
@@ -54,10 +54,6 @@ PRELOAD = (
 ).split()
 
 SETUP_FAILED = 121  # exit code of a child whose confinement failed (the program never ran)
-
-
-class CallerGone(Exception):
-    """The caller's end of the request pipe closed (the caller died) while a chunk was served."""
 
 
 class Server:
@@ -81,7 +77,7 @@ class Server:
                 "tmpfs", isolation.WORK_DIR, "tmpfs", flags, f"size={self.scratch_bytes},mode=711"
             )
             self.scratch_root = isolation.WORK_DIR
-        self.res, self.out = _Capture(), _Capture()
+        self.res, self.out = channels.Capture(), channels.Capture()
         bpf = config.get("seccomp", {}).get("bpf")
         self.seccomp = isolation.FilterProgram(bytes.fromhex(bpf)) if bpf else None
 
@@ -132,7 +128,7 @@ class Server:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over RLIMIT_FSIZE: OSError, not a kill
-            job = json.loads(_read_memfd(body).decode("utf-8", "surrogatepass"))
+            job = json.loads(channels.read_memfd(body).decode("utf-8", "surrogatepass"))
             stdin = job.get("stdin") or ""
             if stdin:
                 fd = os.memfd_create("stdin")
@@ -174,7 +170,9 @@ class Server:
         poller = select.poll()
         # The result frame is read once the child has exited, saving a wake-up per program, when
         # the pipe can hold the largest frame the limits allow (else it is read as it comes).
-        watched = (r_out, pidfd) if _pipe_capacity(r_res, res_cap) >= res_cap else (r_res, r_out, pidfd)
+        watched = (
+            (r_out, pidfd) if channels.pipe_capacity(r_res, res_cap) >= res_cap else (r_res, r_out, pidfd)
+        )
         for fd in watched:
             poller.register(fd, select.POLLIN)
         # No request is pending while a chunk runs (the caller sends the next one after the last
@@ -191,7 +189,7 @@ class Server:
                     break  # a drain that outlives its second: whatever still writes is killed
                 for fd, _ in poller.poll(left * 1000):
                     if fd == self.req:
-                        raise CallerGone
+                        raise channels.CallerGone
                     if fd == pidfd:
                         exited = True
                         poller.unregister(pidfd)
@@ -245,84 +243,6 @@ class Server:
                 pass
             if reap_child:
                 isolation.kill_descendants()
-
-
-class _Capture:
-    """A bounded buffer filled straight from a pipe (``readv``: no intermediate bytes objects, so
-    nothing of the program's output is left in freed memory once ``wipe`` has run). One per server
-    and channel, reused from program to program."""
-
-    _sink = bytearray(1 << 16)  # what arrives past the cap is read here and zeroed
-
-    def __init__(self) -> None:
-        self.buf = bytearray(0)
-        self.size = 0
-        self.cap = 0
-        self.overflow = False
-
-    def reset(self, cap: int) -> _Capture:
-        if len(self.buf) < cap:
-            self.buf = bytearray(cap)
-        self.cap, self.size, self.overflow = cap, 0, False
-        return self
-
-    def read_from(self, fd: int) -> bool:
-        """Read what ``fd`` holds; False at end of file. Bytes past the cap are dropped (overflow)."""
-        if self.size < self.cap:
-            n = os.readv(fd, [memoryview(self.buf)[self.size : self.cap]])
-            self.size += n
-            return n > 0
-        n = os.readv(fd, [self._sink])
-        if n:
-            self.overflow = True
-            self._sink[:n] = bytes(n)
-        return n > 0
-
-    def view(self) -> memoryview:
-        return memoryview(self.buf)[: self.size]
-
-    def wipe(self) -> None:
-        self.buf[: self.size] = bytes(self.size)
-        self.size = 0
-
-
-def _read_memfd(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
-    data = os.pread(fd, size, 0)
-    if len(data) != size:
-        raise OSError(f"job body: read {len(data)} of {size} bytes")
-    return data
-
-
-def _take_body(req: int, size: int) -> int:
-    """Move the next ``size`` bytes of the request pipe into a new memfd (kernel to kernel)."""
-    fd = os.memfd_create("job", os.MFD_CLOEXEC)
-    left = size
-    try:
-        while left:
-            try:
-                n = os.splice(req, fd, left)
-            except OSError:  # a kernel without splice into memfd: through a buffer we zero after
-                buf = bytearray(left)
-                got = os.readv(req, [buf])
-                protocol.write_all(fd, memoryview(buf)[:got])
-                buf[:] = bytes(len(buf))
-                n = got
-            if n == 0:
-                raise CallerGone
-            left -= n
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _pipe_capacity(fd: int, wanted: int) -> int:
-    """Grow a pipe's buffer towards ``wanted`` bytes (Linux F_SETPIPE_SZ); its capacity after."""
-    try:
-        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(max(wanted, 4096), 1 << 20))
-    except (OSError, AttributeError):
-        return 0
 
 
 def _make_finish(token: str, out, err):
@@ -383,12 +303,12 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
         bodies = []
         try:
             for job in header["jobs"]:  # every body into its own memfd before any program runs
-                bodies.append(_take_body(req, int(job["size"])))
+                bodies.append(channels.take_body(req, int(job["size"])))
             for job, body in zip(header["jobs"], bodies):  # back to back, one answer each, in order
                 res = out = None
                 try:
                     answer, res, out, retire = server.run(job, body)
-                except CallerGone:
+                except channels.CallerGone:
                     return  # run() has killed the program; in full mode our exit ends the namespace
                 except Exception as exc:  # a server-side failure: this program's crash, and we retire
                     answer = {"id": job.get("id"), "error": repr(exc)[:300], "res": 0, "out": 0}
