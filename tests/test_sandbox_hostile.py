@@ -191,5 +191,11 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["line"] for r in results] == list(range(1, len(rows) + 1))
     assert all(isinstance(r["valid"], bool) for r in results)
+    # the issue-13 item-7 spellings: contained by the sandbox alone (the corpus test), and rejected
+    # by the AST filter before they run
+    names = [name for name, _, _, _ in load_corpus()]
+    for name, r in zip(names, results):
+        if name.startswith("filter_"):
+            assert r["valid"] is False and str(r["reason"]).startswith("banned:"), (name, r)
     assert not pwned_files()
     assert processes_mentioning(str(tmp_path)) == []

@@ -69,9 +69,8 @@ class Server:
         self.scratch_bytes = max(16 << 20, 8 * int(self.limits["max_file_bytes"]))
         self.own_ipc = mode == "full" and "ipc_namespace" not in config.get("without", ())
         self.tmpfs = mode == "full" and "scratch_tmpfs" not in config.get("without", ())
-        if (
-            mode == "full" and not self.tmpfs
-        ):  # measuring the layer: one tmpfs per server, a directory per job
+        if mode == "full" and not self.tmpfs:
+            # only when measuring that layer's cost: one tmpfs per server, a directory per job
             flags = isolation.MS_NOSUID | isolation.MS_NODEV
             isolation.mount(
                 "tmpfs", isolation.WORK_DIR, "tmpfs", flags, f"size={self.scratch_bytes},mode=711"
