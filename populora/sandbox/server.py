@@ -302,7 +302,10 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
         bodies = []
         try:
             for job in header["jobs"]:  # every body into its own memfd before any program runs
-                bodies.append(channels.take_body(req, int(job["size"])))
+                try:
+                    bodies.append(channels.take_body(req, int(job["size"])))
+                except channels.CallerGone:
+                    return  # the caller died while sending: nothing runs
             for job, body in zip(header["jobs"], bodies):  # back to back, one answer each, in order
                 res = out = None
                 try:
