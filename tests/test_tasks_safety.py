@@ -225,7 +225,8 @@ def test_module_allowlist_is_public_api_only():
 
     excluded = {"get_type_hints", "ForwardRef", "update_wrapper", "wraps", "singledispatch", "attrgetter",
                 "methodcaller", "Formatter", "make_dataclass"}  # fmt: skip
-    table = default_module_names()
+    table = dict(default_module_names())
+    assert hash(SafetyConfig()) == hash(SafetyConfig())  # a frozen, hashable config
     assert set(SafetyConfig().allowed_modules) <= set(table)
     for module, names in table.items():
         mod = importlib.import_module(module)

@@ -68,9 +68,10 @@ def _packaged_module_names() -> dict[str, dict]:
     return json.loads(text)["modules"]
 
 
-def default_module_names() -> dict[str, tuple[str, ...]]:
-    """``{module: its allowed public names}`` from the packaged list."""
-    return {m: tuple(v["names"]) for m, v in _packaged_module_names().items()}
+def default_module_names() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``((module, its allowed public names), ...)`` from the packaged list (a tuple: the config
+    stays hashable)."""
+    return tuple((m, tuple(v["names"])) for m, v in _packaged_module_names().items())
 
 
 def default_star_modules() -> tuple[str, ...]:
@@ -155,7 +156,7 @@ class SafetyConfig:
     banned_attributes: tuple[str, ...] = DEFAULT_BANNED_ATTRIBUTES
     allowed_dunders: tuple[str, ...] = DEFAULT_ALLOWED_DUNDERS
     allow_getattr_constant: bool = True  # getattr(obj, 'name') with a constant, allowed name
-    module_names: dict[str, tuple[str, ...]] = field(default_factory=default_module_names)
+    module_names: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=default_module_names)
     star_modules: tuple[str, ...] = field(default_factory=default_star_modules)
 
 
@@ -166,7 +167,7 @@ class _Checker(ast.NodeVisitor):
         self.banned_names = frozenset(cfg.banned_names)
         self.banned_attributes = frozenset(cfg.banned_attributes) | interpreter_attributes()
         self.allowed_dunders = frozenset(cfg.allowed_dunders)
-        self.module_names = {m: frozenset(names) for m, names in cfg.module_names.items()}
+        self.module_names = {m: frozenset(names) for m, names in cfg.module_names}
         self.finding: str | None = None
         self.approved_calls: set[int] = set()  # Name nodes approved as getattr(obj, 'const')
         self.module_bases: set[int] = set()  # Name nodes used as ``module.attr``
