@@ -498,3 +498,20 @@ def test_remove_tree_needs_no_recursion(tmp_path):
     assert not top.exists() and os.path.exists("/etc")
     assert remove_tree(str(top)) is True  # already gone
     assert remove_tree("/proc/self") is False  # cannot be removed: False, never an exception
+
+
+@pytest.mark.parametrize(
+    "option,value", [("memory_mb", -5), ("wall_seconds", 0.0), ("wall_seconds", float("nan"))]
+)
+def test_bench_executor_refuses_bad_limits_in_one_line(option, value, capsys):
+    import argparse
+
+    from populora.bench.executor import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--no-serial"])
+    setattr(args, option, value)
+    assert run(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"sandbox.{option}" in err and "--" in err
