@@ -515,3 +515,21 @@ def test_bench_executor_refuses_bad_limits_in_one_line(option, value, capsys):
     assert run(args) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"sandbox.{option}" in err and "--" in err
+
+
+def test_seccomp_fallback_is_reported(monkeypatch):
+    """Without libseccomp's binding the servers get no filter, and the report says why."""
+    import sys
+
+    from populora.sandbox import seccomp
+
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # import fails as if not installed
+    seccomp.compile_filter.cache_clear()
+    try:
+        got = seccomp.filter_for_servers()
+        assert "bpf" not in got and "pyseccomp" in got["unavailable"]
+        with Sandbox(workers=1) as box:
+            assert box.report["seccomp"] == got["unavailable"]
+            assert box.run(prog("def f(x):\n    return x + 1", "41")).values == ["42"]
+    finally:
+        seccomp.compile_filter.cache_clear()
