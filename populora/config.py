@@ -26,6 +26,7 @@ from populora.population.matchmaking import MatchmakingConfig
 from populora.population.ratings import RatingConfig
 from populora.renamed_keys import migrate_mapping, migrate_overrides
 from populora.rl.config import RLConfig
+from populora.sandbox.api import SandboxLimits
 
 TASK_TYPES = ("code_o", "code_i", "code_f")
 __all__ = ["Config", "ConfigError", "load_config"]
@@ -85,14 +86,6 @@ class SelfPlayConfig:
 
 
 @dataclass
-class SandboxConfig:
-    workers: int = 0  # 0 = one per CPU core
-    wall_seconds: float = 5.0
-    cpu_seconds: int = 5
-    memory_mb: int = 512
-
-
-@dataclass
 class RunConfig:
     dir: str = ""  # default: runs/<name>
     checkpoint_every: int = 1  # steps
@@ -112,7 +105,7 @@ class Config:
     population: PopulationConfig = field(default_factory=PopulationConfig)
     tasks: TaskEnvConfig = field(default_factory=TaskEnvConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
-    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)  # the sandbox package's own type
     rl: RLConfig = field(default_factory=RLConfig)
     ratings: RatingConfig = field(default_factory=RatingConfig)
     matchmaking: MatchmakingConfig = field(default_factory=MatchmakingConfig)
@@ -270,7 +263,8 @@ def validate(cfg: Config) -> None:
     _need(cfg.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
     _need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
     _need(cfg.run.collective_timeout_s > 0, "run.collective_timeout_s", "must be > 0")
-    _need(cfg.sandbox.workers >= 0, "sandbox.workers", "must be >= 0")
+    _need(cfg.sandbox.max_output_chars in (SandboxLimits.max_output_chars, t.max_output_chars),
+          "sandbox.max_output_chars", f"a run takes it from tasks.max_output_chars ({t.max_output_chars}): set that key")
 
 
 def baseline_split(cfg: Config) -> tuple[int, int]:

@@ -263,8 +263,9 @@ def test_work_directory_is_fresh_empty_and_removed(sb):
     )
     cwd, before = eval(first.values[0])
     assert before == []
-    second = sb.run(prog(f"import os\ndef f(x):\n    return [os.path.exists({cwd!r}), os.listdir('.')]"))
-    assert eval(second.values[0]) == [False, []]
+    note = os.path.join(cwd, "note")
+    second = sb.run(prog(f"import os\ndef f(x):\n    return [os.path.exists({note!r}), os.listdir('.')]"))
+    assert eval(second.values[0]) == [False, []]  # full mode: the same path, a fresh tmpfs
 
 
 def test_caller_is_out_of_reach(sb):
@@ -281,7 +282,9 @@ def test_caller_is_out_of_reach(sb):
 def test_network_is_unreachable(sb):
     out = sb.run(prog("import socket\ndef f(x):\n    socket.create_connection(('127.0.0.1', 9), timeout=1)"))
     assert out.status == ERROR and out.reason.startswith("runtime_error:")
-    if sb.mode == "full":
+    if sb.report.get("seccomp") == "loaded in every child":
+        assert out.reason == "runtime_error:PermissionError"  # socket(AF_INET) denied by the filter
+    elif sb.mode == "full":
         assert "unreachable" in out.detail
 
 
@@ -289,8 +292,8 @@ def test_full_mode_report_when_root(sb):
     if os.geteuid() != 0:
         pytest.skip("full isolation needs root")
     assert sb.mode == "full"
-    assert sb.report["netns"] and sb.report["pidns"] and "/" in sb.report["readonly"]
-    assert "/tmp" in sb.report["hidden"]
+    assert sb.report["netns"] and sb.report["pidns"] and sb.report["root"] in ("pivot_root", "move+chroot")
+    assert not any(p in sb.report["visible"] for p in ("/", "/etc", "/home", "/var", "/tmp"))
 
 
 # --- recovery ------------------------------------------------------------------------------
@@ -396,3 +399,137 @@ def test_a_killed_caller_leaves_no_processes(tmp_path):
         time.sleep(0.1)
     assert mentioning() == []
     shutil.rmtree(scratch, ignore_errors=True)  # what a killed caller leaves: its servers' logs
+
+
+# --- limits, results, filter, scratch: pure pieces of the boundary -----------------------------
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("memory_mb", -5),
+        ("memory_mb", 0),
+        ("wall_seconds", 0),
+        ("wall_seconds", float("nan")),
+        ("cpu_seconds", float("inf")),
+        ("workers", -1),
+        ("workers", 1.5),
+        ("max_output_chars", 0),
+        ("memory_mb", "512"),
+        ("memory_mb", True),
+    ],
+)
+def test_limits_must_be_finite_and_in_range(field, value):
+    from populora.sandbox import SandboxLimitsError
+
+    with pytest.raises(SandboxLimitsError) as err:
+        SandboxLimits(**{field: value})
+    assert err.value.key == f"sandbox.{field}" and str(err.value).startswith(f"sandbox.{field}: ")
+    limits = SandboxLimits()
+    setattr(limits, field, value)  # changed after construction: the Sandbox checks again
+    with pytest.raises(SandboxLimitsError):
+        Sandbox(limits=limits, workers=1)
+
+
+def test_limits_accept_their_defaults_and_workers():
+    assert SandboxLimits(workers=0, max_processes=0, max_file_bytes=0).validate().workers == 0
+
+
+def test_result_frame_checks():
+    from populora.sandbox.results import check_result, is_sandbox_reason
+
+    tok = "t" * 32
+    assert check_result(pack_fields([tok, "ok", "", "", "1"]), False, tok, 1, 10).values == ["1"]
+    assert (
+        check_result(pack_fields(["x" * 32, "ok", "", "", "1"]), False, tok, 1, 10).reason
+        == "crashed:bad_result"
+    )
+    long = check_result(pack_fields([tok, "error", "runtime_error:" + "A" * 6000, "d"]), False, tok, 0, 10)
+    assert long.reason == "crashed:bad_result"
+    odd = check_result(pack_fields([tok, "error", "runtime_error:E\n", "d"]), False, tok, 0, 10)
+    assert odd.reason == "crashed:bad_result"
+    fine = check_result(
+        pack_fields([tok, "error", "runtime_error:KeyError", "a\nb\x1b" * 500]), False, tok, 0, 10
+    )
+    assert fine.reason == "runtime_error:KeyError" and len(fine.detail) <= 300 and fine.detail.isprintable()
+    assert check_result(pack_fields([tok, "ok", "", "", "12345678901"]), False, tok, 1, 10).reason == (
+        "crashed:bad_result"
+    )
+    for good in (None, "timeout", "crashed:SIGKILL", "crashed:exit_3", "runtime_error:ValueError"):
+        assert is_sandbox_reason(good)
+    for bad in ("crashed:exit_300", "crashed:anything", "runtime_error:a b", "banned:os"):
+        assert not is_sandbox_reason(bad)
+
+
+def test_seccomp_filter_compiles_and_names_what_it_denies():
+    from populora.sandbox.seccomp import DENIED, SeccompUnavailable, compile_filter
+
+    try:
+        bpf, unknown = compile_filter()
+    except SeccompUnavailable as exc:
+        pytest.skip(str(exc))
+    assert len(bpf) % 8 == 0 and len(bpf) > 8 * len(DENIED) // 2
+    for required in ("add_key", "keyctl", "request_key", "ptrace", "mount", "umount2", "pivot_root", "bpf",
+                     "perf_event_open", "userfaultfd", "kexec_load", "init_module"):  # fmt: skip
+        assert required in DENIED and required not in unknown
+
+
+def test_remove_tree_needs_no_recursion(tmp_path):
+    import sys
+
+    from populora.sandbox.scratch import remove_tree
+
+    top = tmp_path / "tree"
+    top.mkdir()
+    here = os.getcwd()
+    os.chdir(top)
+    try:
+        for _ in range(1200):  # deeper than the recursion limit below
+            os.mkdir("d")
+            os.chdir("d")
+            open("f", "w").close()
+    finally:
+        os.chdir(here)
+    os.symlink("/etc", top / "link")  # unlinked, never followed
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)
+    try:
+        assert remove_tree(str(top)) is True
+    finally:
+        sys.setrecursionlimit(limit)
+    assert not top.exists() and os.path.exists("/etc")
+    assert remove_tree(str(top)) is True  # already gone
+    assert remove_tree("/proc/self") is False  # cannot be removed: False, never an exception
+
+
+@pytest.mark.parametrize(
+    "option,value", [("memory_mb", -5), ("wall_seconds", 0.0), ("wall_seconds", float("nan"))]
+)
+def test_bench_executor_refuses_bad_limits_in_one_line(option, value, capsys):
+    import argparse
+
+    from populora.bench.executor import add_arguments, run
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--no-serial"])
+    setattr(args, option, value)
+    assert run(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"sandbox.{option}" in err and "--" in err
+
+
+def test_seccomp_fallback_is_reported(monkeypatch):
+    """Without libseccomp's binding the servers get no filter, and the report says why."""
+    import sys
+
+    from populora.sandbox import seccomp
+
+    monkeypatch.setitem(sys.modules, "pyseccomp", None)  # import fails as if not installed
+    seccomp.compile_filter.cache_clear()
+    try:
+        got = seccomp.filter_for_servers()
+        assert "bpf" not in got and "pyseccomp" in got["unavailable"]
+        with Sandbox(workers=1) as box:
+            assert box.report["seccomp"] == got["unavailable"]
+            assert box.run(prog("def f(x):\n    return x + 1", "41")).values == ["42"]
+    finally:
+        seccomp.compile_filter.cache_clear()

@@ -14,6 +14,7 @@ from procutil import descendants
 
 from populora.sandbox import STATUSES, Program, Sandbox, SandboxLimits
 from populora.sandbox.executor import UID_BASE, UID_SPAN
+from populora.sandbox.results import MAX_DETAIL, is_sandbox_reason
 
 CORPUS = Path(__file__).parent / "hostile"
 SECRET = "populora-test-secret-7d1f"
@@ -109,7 +110,7 @@ def isolation_mode() -> str:
 
 def test_corpus_is_large_and_well_formed():
     cases = load_corpus()
-    assert len(cases) >= 40
+    assert len(cases) >= 80
     for name, _, alternatives, _ in cases:
         assert alternatives and all(s in STATUSES for s, _ in alternatives), name
 
@@ -135,6 +136,9 @@ def test_hostile_corpus_is_contained(monkeypatch):
             assert outcome.seconds < LIMITS.wall_seconds + 2.0, name
             assert len(outcome.stdout) <= LIMITS.max_stdout_chars, name
             assert SECRET not in outcome.stdout + outcome.detail + "".join(outcome.values), name
+            # reasons feed metric names: a fixed grammar; details are bounded and printable
+            assert is_sandbox_reason(outcome.reason), (name, outcome.reason)
+            assert len(outcome.detail) <= MAX_DETAIL and outcome.detail.isprintable(), name
         assert not wrong, "\n".join(wrong)
         # bounded time: 2 lanes, every timeout costs at most about the wall limit
         n_timeouts = sum(o.status == "timeout" for o in outcomes)
@@ -187,5 +191,11 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
     results = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["line"] for r in results] == list(range(1, len(rows) + 1))
     assert all(isinstance(r["valid"], bool) for r in results)
+    # the issue-13 item-7 spellings: contained by the sandbox alone (the corpus test), and rejected
+    # by the AST filter before they run
+    names = [name for name, _, _, _ in load_corpus()]
+    for name, r in zip(names, results):
+        if name.startswith("filter_"):
+            assert r["valid"] is False and str(r["reason"]).startswith("banned:"), (name, r)
     assert not pwned_files()
     assert processes_mentioning(str(tmp_path)) == []

@@ -85,6 +85,77 @@ REJECTED = [
     ),
 ]
 
+G = "    def g():\n        yield 1\n"
+# Issue 13, item 7: each of these came back valid with an unsafe capability
+ITEM_7 = [
+    # match class patterns: keyword attribute names
+    (
+        "def f(x):\n    match f:\n        case object(__globals__=g):\n            return g",
+        "banned:__globals__",
+    ),
+    (
+        "def f(x):\n" + G + "    match g():\n        case object(gi_frame=fr):\n            return fr",
+        "banned:gi_frame",
+    ),
+    ("def f(x):\n    match x:\n        case object(_private=p):\n            return p", "banned:_private"),
+    # positional class patterns look names up in a __match_args__ a program can build at run time
+    (
+        "def f(x):\n    C = type('C', (), {})\n    match f:\n        case C(g):\n            return g",
+        "banned:match_positional",
+    ),
+    (
+        "def f(x):\n    int = type(f)\n    match x:\n        case int(n):\n            return n",
+        "banned:match_positional",
+    ),
+    # str.format field paths, in literals and f-strings, and format strings built at run time
+    ("def f(x):\n" + G + "    return '{0.gi_frame.f_back.f_globals}'.format(g())", "banned:gi_frame"),
+    ("def f(x):\n" + G + "    return f'{{0.gi_frame}}'.format(g())", "banned:format"),
+    ("def f(x):\n    return '{0:{1.gi_code}}'.format(1, x)", "banned:gi_code"),
+    ("def f(x):\n    return '{a._x}'.format_map({'a': x})", "banned:_x"),
+    ("def f(x):\n    s = '{0.' + 'gi_frame}'\n    return s.format(x)", "banned:format"),
+    ("def f(x):\n    return str.format('{0.real}', x)", "banned:format"),
+    # typing ForwardRef evaluation of a string-built name
+    (
+        "import typing\ndef f(x):\n    return typing.ForwardRef('o' + 's')._evaluate({}, {}, frozenset())",
+        "banned:ForwardRef",
+    ),
+    (
+        "import typing\ndef f(x):\n    return typing.get_args(typing.Optional['x'])[0]._evaluate({}, {}, set())",
+        "banned:_evaluate",
+    ),
+    # functools.update_wrapper with string-built '__globals__' captured by a user-defined dunder method
+    (
+        "import functools\nclass C:\n    def __setattr__(self, k, v):\n        self.v = v\n"
+        "def f(x):\n    return functools.update_wrapper(C(), f, assigned=('__glo' + 'bals__',)).v",
+        "banned:__setattr__",
+    ),
+    (
+        "import functools\ndef f(x):\n    return functools.update_wrapper(x, f, assigned=(x,))",
+        "banned:update_wrapper",
+    ),
+    ("from functools import wraps\ndef f(x):\n    return wraps(f, assigned=(x,))", "banned:wraps"),
+    (
+        "class C:\n    def __set_name__(self, owner, name):\n        pass\ndef f(x):\n    return 1",
+        "banned:__set_name__",
+    ),
+    (
+        "class C:\n    def __exit__(self, *a):\n        return a[2]\ndef f(x):\n    return 1",
+        "banned:__exit__",
+    ),
+    ("def f(x):\n    return type('C', (), {'__getattr__': len})", "banned:__getattr__"),
+    # module hops through allowed modules' private attributes and non-allowlisted public ones
+    ("import typing\ndef f(x):\n    return typing.collections._sys.modules['os']", "banned:collections"),
+    ("import typing\ndef f(x):\n    return typing.re", "banned:re"),
+    ("import re\ndef f(x):\n    return re.enum.bltns", "banned:enum"),
+    ("import json\ndef f(x):\n    return json.decoder.scanstring", "banned:decoder"),
+    ("from typing import collections\ndef f(x):\n    return collections", "banned:collections"),
+    ("from typing import *\ndef f(x):\n    return cast(int, x)", "banned:import_star"),
+    ("import collections.abc as a\ndef f(x):\n    return a._collections_abc", "banned:_collections_abc"),
+    ("def f(x):\n    return getattr(x, '_evaluate')", "banned:_evaluate"),
+    ("def f(x):\n    return (lambda: x).__closure__[0].cell_contents", "banned:__closure__"),
+]
+REJECTED += ITEM_7
+
 
 @pytest.mark.parametrize("program,reason", REJECTED)
 def test_rejected_with_reason(program, reason):
@@ -114,12 +185,73 @@ ALLOWED = [
     "def f(xs):\n    return sorted(set(xs))",
     "class Clock:\n    def __init__(self):\n        self.time = 0\n    def tick(self):\n        self.time += 1\n"
     "def f(n):\n    c = Clock()\n    for _ in range(n):\n        c.tick()\n    return c.time",
+    # what AZR-style class, closure and module programs need stays valid under the item-7 rules
+    "class V:\n    def __init__(self, x):\n        self.x = x\n    def __add__(self, o):\n        return V(self.x + o.x)\n"
+    "    def __matmul__(self, o):\n        return self.x * o.x\n    def __eq__(self, o):\n        return self.x == o.x\n"
+    "    def __hash__(self):\n        return self.x\n    def __lt__(self, o):\n        return self.x < o.x\n"
+    "def f(a):\n    return (V(a) + V(1)) @ V(2)",
+    "def f(x):\n    match x:\n        case int(n) if n > 0:\n            return n\n        case [a, *rest]:\n            return a\n"
+    "        case {'k': v}:\n            return v\n    return None",
+    "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\n    y: int\ndef f(v):\n"
+    "    match P(v, 2):\n        case P(a, b):\n            return a + b",
+    "def f(x):\n    match x:\n        case complex(real=r, imag=i):\n            return r\n    return 0",
+    "def f(x):\n    return '{0.real} {1[0]} {n:>{w}}'.format(x, [1], n=2, w=3) + '{a}'.format_map({'a': 1})",
+    "def f(x):\n    return f'{x!r:>10}' + '%s' % x",
+    "from math import *\nfrom itertools import *\ndef f(x):\n    return list(islice(count(), floor(x)))",
+    "import collections.abc\ndef f(x):\n    return isinstance(x, collections.abc.Iterable)",
+    "from functools import lru_cache, reduce, partial, cmp_to_key\n@lru_cache(None)\ndef fib(n):\n"
+    "    return n if n < 2 else fib(n - 1) + fib(n - 2)\ndef f(n):\n    return fib(n)",
+    "import typing\nfrom typing import Optional, List\ndef f(x: Optional[List[int]]) -> typing.Dict[str, int]:\n"
+    "    return {'n': len(x or [])}",
+    "def f(n):\n    def counter():\n        c = 0\n        def inc():\n            nonlocal c\n            c += 1\n"
+    "            return c\n        return inc\n    g = counter()\n    return [g() for _ in range(n)]",
+    "class Stack:\n    __slots__ = ('items',)\n    def __init__(self):\n        self.items = []\n"
+    "    def __len__(self):\n        return len(self.items)\ndef f(x):\n    return len(Stack())",
 ]
 
 
 @pytest.mark.parametrize("program", ALLOWED)
 def test_allowed(program):
     assert check_program(program) is None
+
+
+def test_module_allowlist_is_public_api_only():
+    """Every allowlisted name exists, is public, is not a module (except a listed submodule), and
+    is none of the string-to-attribute or string-to-code functions."""
+    import importlib
+    import types
+
+    from populora.tasks.safety import default_module_names
+
+    excluded = {"get_type_hints", "ForwardRef", "update_wrapper", "wraps", "singledispatch", "attrgetter",
+                "methodcaller", "Formatter", "make_dataclass"}  # fmt: skip
+    table = dict(default_module_names())
+    assert hash(SafetyConfig()) == hash(SafetyConfig())  # a frozen, hashable config
+    assert set(SafetyConfig().allowed_modules) <= set(table)
+    for module, names in table.items():
+        mod = importlib.import_module(module)
+        for name in names:
+            assert not name.startswith("_") and name not in excluded, (module, name)
+            value = getattr(mod, name, None)
+            if isinstance(value, types.ModuleType):
+                assert f"{module}.{name}" in table, (module, name)
+
+
+def test_interpreter_attributes_come_from_the_interpreter():
+    from populora.tasks.safety import interpreter_attributes
+
+    names = interpreter_attributes()
+    assert {
+        "gi_frame",
+        "f_back",
+        "f_globals",
+        "tb_frame",
+        "co_code",
+        "cr_frame",
+        "ag_frame",
+        "cell_contents",
+    } <= names
+    assert not {"send", "close", "throw"} & names
 
 
 def test_syntax_error_reported():

@@ -202,3 +202,29 @@ def test_code_f_outputs_must_not_depend_on_earlier_calls(sandbox):
     )  # state that does not change outputs is fine
     first, second = rec.batches[0][:2]
     assert second.calls == first.calls[::-1] and (first.replica, second.replica) == (0, 1)
+
+
+# --- reason kinds: a fixed set (metric names are built from them) ---------------------------------
+def test_reason_kind_is_always_a_known_kind():
+    from populora.tasks.records import OTHER_KIND, REASON_KINDS, reason_kind
+
+    assert reason_kind(None) is None
+    assert reason_kind("banned:os") == "banned"
+    assert reason_kind("runtime_error:ZeroDivisionError") == "runtime_error"
+    assert reason_kind("crashed:SIGKILL") == "crashed"
+    assert reason_kind("nondeterministic") == "nondeterministic"
+    for strange in ("A" * 6000 + "\n\x1b[2J", "teacher/reject/x", "", ":", "\x00:x", "valid"):
+        assert reason_kind(strange) == OTHER_KIND
+    assert all(k.isidentifier() for k in REASON_KINDS)
+
+
+def test_item_7_programs_are_rejected_before_execution():
+    """Through the validator (no sandbox needed: the static check comes first)."""
+    from test_tasks_safety import ITEM_7
+
+    from populora.tasks.validation import static_reason
+
+    cfg = ValidationConfig()
+    for program, reason in ITEM_7:
+        proposal = Proposal(type="code_o", program=program, inputs=("1",))
+        assert static_reason(proposal, cfg)[0] == reason, program

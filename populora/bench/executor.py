@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from collections import Counter
@@ -90,17 +91,35 @@ def _timed(fn):
 
 
 def run(args: argparse.Namespace) -> int:
-    from populora.sandbox import Sandbox, SandboxLimits
+    import sys
+
+    from populora.sandbox import Sandbox, SandboxLimits, SandboxLimitsError
     from populora.tasks.validation import ValidationConfig, static_reason, validate_many
 
+    try:
+        limits = SandboxLimits(
+            wall_seconds=args.wall_seconds,
+            cpu_seconds=max(1, math.ceil(args.wall_seconds))
+            if math.isfinite(args.wall_seconds)
+            else args.wall_seconds,
+            memory_mb=args.memory_mb,
+            workers=args.workers or 0,
+        )
+    except SandboxLimitsError as exc:
+        option = {
+            "wall_seconds": "--wall-seconds",
+            "cpu_seconds": "--wall-seconds",
+            "memory_mb": "--memory-mb",
+        }
+        field = exc.key.split(".", 1)[1]
+        print(
+            f"populora bench executor: {option.get(field, '--' + field.replace('_', '-'))}: {exc}",
+            file=sys.stderr,
+        )
+        return 2
     rows = load_corpus(args.corpus)
     proposals = corpus_proposals(rows)
     workers = args.workers or os.cpu_count() or 1
-    limits = SandboxLimits(
-        wall_seconds=args.wall_seconds,
-        cpu_seconds=max(1, int(round(args.wall_seconds))),
-        memory_mb=args.memory_mb,
-    )
     cfg = ValidationConfig(max_output_chars=limits.max_output_chars)
     n_exec = sum(len(cfg.replicas) for p in proposals if static_reason(p, cfg)[0] is None)
     types = Counter(p.type for p in proposals)

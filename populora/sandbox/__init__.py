@@ -11,6 +11,7 @@ from populora.sandbox.api import (
     Outcome,
     Program,
     SandboxLimits,
+    SandboxLimitsError,
 )
 from populora.sandbox.executor import Sandbox, SandboxError
 from populora.sandbox.naive import execute_naive
@@ -28,5 +29,6 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxLimits",
+    "SandboxLimitsError",
     "execute_naive",
 ]

@@ -6,6 +6,7 @@ short-lived, resource-limited process. Nothing in this module executes anything.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 # Outcome.status values
@@ -18,18 +19,68 @@ CRASHED = "crashed"  # killed by a signal, os._exit, sys.exit, or the child died
 STATUSES = (OK, ERROR, TIMEOUT, MEMORY, OUTPUT_TOO_LARGE, CRASHED)
 
 
-@dataclass(frozen=True)
+class SandboxLimitsError(ValueError):
+    """A limit that is not a finite number in its range; ``key`` names it as ``sandbox.<field>``."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+# (field, smallest allowed value, whether the smallest value itself is allowed)
+_RANGES = (
+    ("workers", 0, True),  # 0 = one per CPU core
+    ("wall_seconds", 0, False),
+    ("cpu_seconds", 0, False),
+    ("memory_mb", 0, False),
+    ("max_processes", 0, True),
+    ("max_output_chars", 0, False),
+    ("max_stdout_chars", 0, True),
+    ("max_file_bytes", 0, True),
+)
+_INTEGRAL = {"workers", "max_processes", "max_output_chars", "max_stdout_chars", "max_file_bytes"}
+
+
+@dataclass
 class SandboxLimits:
-    """Resource limits of one untrusted program (all enforced by the operating system)."""
+    """Resource limits of one untrusted program (all enforced by the operating system), and the
+    number of programs run at once (``workers``).
+
+    Every field is checked when the record is made (and again by ``Sandbox``): a limit must be a
+    finite number in its range, never negative, zero (where zero would mean "nothing is valid"),
+    NaN or infinite; the error names the field as ``sandbox.<field>`` (``SandboxLimitsError``).
+    """
 
     wall_seconds: float = 5.0  # whole program (all calls); the process group is killed after it
-    cpu_seconds: int = 5  # RLIMIT_CPU
+    cpu_seconds: int = 5  # RLIMIT_CPU (whole seconds; a fraction is rounded up)
     memory_mb: int = 512  # RLIMIT_AS of the child
     max_processes: int = 0  # extra processes/threads the child may create (RLIMIT_NPROC headroom)
     max_output_chars: int = 1000  # per returned value repr; larger -> output_too_large, never truncated
     max_stdout_chars: int = 10_000  # captured stdout/stderr; larger is cut (stdout is not an answer)
     max_file_bytes: int = 1_000_000  # RLIMIT_FSIZE inside the scratch directory
     network: bool = False  # False: a fresh network namespace where the platform allows it
+    workers: int = 0  # programs run at once; 0 = one per CPU core
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> SandboxLimits:
+        """Raise ``SandboxLimitsError`` naming the first field out of range; return self."""
+        for name, low, inclusive in _RANGES:
+            value = getattr(self, name)
+            key = f"sandbox.{name}"
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SandboxLimitsError(key, f"must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise SandboxLimitsError(key, f"must be finite, got {value!r}")
+            if value < low or (value == low and not inclusive):
+                bound = f">= {low}" if inclusive else f"> {low}"
+                raise SandboxLimitsError(key, f"must be {bound}, got {value!r}")
+            if name in _INTEGRAL and value != int(value):
+                raise SandboxLimitsError(key, f"must be a whole number, got {value!r}")
+        if not isinstance(self.network, bool):
+            raise SandboxLimitsError("sandbox.network", f"must be true or false, got {self.network!r}")
+        return self
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ the two replicas differ in hash seed and address layout. ``run_many`` hands the 
 one replica's programs from a shared queue, so at most ``workers`` programs run at once, and
 returns outcomes in input order. A fork server that dies, hangs or answers nonsense is killed and
 restarted; the program it was running gets a ``crashed:`` outcome, never an exception in the
-caller.
+caller. A server that reports damage it cannot repair (``retire``) is replaced the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import collections
 import dataclasses
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,11 +24,13 @@ import time
 import weakref
 from pathlib import Path
 
-from populora.sandbox import protocol
-from populora.sandbox.api import CRASHED, STATUSES, Outcome, Program, SandboxLimits
+from populora.sandbox import protocol, results, scratch, seccomp
+from populora.sandbox.api import Outcome, Program, SandboxLimits
 
 SERVER_SCRIPT = Path(__file__).with_name("server.py")
 ISOLATION_MODES = ("auto", "full", "uid", "rlimits")
+# isolation layers that ``Sandbox(without=...)`` can leave out, to measure what each one costs
+LAYERS = ("seccomp", "ipc_namespace", "scratch_tmpfs")
 STARTUP_SECONDS = 30.0  # generous: two cores shared with a trainer can be slow to start Python
 GRACE_SECONDS = 5.0  # past the wall limit, the server itself is presumed hung
 UID_BASE, UID_SPAN = 2_000_000, 1_000_000  # unprivileged uids for children (no /etc/passwd entry needed)
@@ -87,16 +88,24 @@ class _Server:
         self.report: dict = hello["report"]
         self.pid = self.proc.pid
 
-    def send(self, jobs: list[dict]) -> None:
-        """Queue ``jobs`` on the server; it runs them one after the other and answers each in turn."""
-        protocol.write_all(self.proc.stdin.fileno(), _frame({"jobs": jobs}))
+    def send(self, jobs: list[tuple[dict, bytes]]) -> None:
+        """Queue ``(header, body)`` jobs on the server; it runs them one after the other and
+        answers each in turn."""
+        header = _frame({"jobs": [{k: h[k] for k in ("id", "calls", "size")} for h, _ in jobs]})
+        protocol.writev_all(self.proc.stdin.fileno(), [header, *(body for _, body in jobs)])
 
-    def receive(self, job: dict, timeout: float) -> dict:
-        """The answer to ``job`` (the oldest unanswered); raises OSError/TimeoutError/FrameError."""
-        answer = protocol.read_json(self.proc.stdout.fileno(), time.monotonic() + timeout)
+    def receive(self, job: dict, timeout: float) -> tuple[dict, bytes, bytes]:
+        """The answer to ``job`` (the oldest unanswered): (header, result bytes, output bytes);
+        raises OSError/TimeoutError/FrameError."""
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        answer = protocol.read_json(fd, deadline)
         if not isinstance(answer, dict) or answer.get("id") != job["id"]:
             raise protocol.FrameError(f"fork server answered {str(answer)[:200]!r} to job {job['id']}")
-        return answer
+        res_n, out_n = int(answer.get("res") or 0), int(answer.get("out") or 0)
+        if not (0 <= res_n <= protocol.MAX_CONTROL_FRAME and 0 <= out_n <= protocol.MAX_CONTROL_FRAME):
+            raise protocol.FrameError(f"fork server announced {res_n} + {out_n} bytes")
+        return answer, protocol.read_exact(fd, res_n, deadline), protocol.read_exact(fd, out_n, deadline)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -134,6 +143,9 @@ class Sandbox:
     ``isolation``: ``"auto"`` (the strongest the platform allows), ``"full"``, ``"uid"`` or
     ``"rlimits"`` (see ``isolation.py``); ``hash_seed`` fixes the replicas' hash seeds (replica r
     uses ``replica_hash_seed(hash_seed, r)``), so validation is reproducible run to run.
+    ``workers`` (else ``limits.workers``, else one per CPU core) programs run at once.
+    ``without`` leaves isolation layers out (names in ``LAYERS``): for benchmarks of each layer's
+    cost only.
     """
 
     def __init__(
@@ -143,11 +155,19 @@ class Sandbox:
         isolation: str = "auto",
         hash_seed: int = 0,
         scratch_dir: str | None = None,
+        without: tuple[str, ...] = (),
     ):
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"Sandbox isolation={isolation!r}: expected one of {ISOLATION_MODES}")
-        self.limits = limits or SandboxLimits()
-        self.workers = max(1, int(workers or os.cpu_count() or 1))
+        unknown = set(without) - set(LAYERS)
+        if unknown:
+            raise ValueError(f"Sandbox without={sorted(unknown)}: expected layers among {LAYERS}")
+        self.limits = (limits or SandboxLimits()).validate()
+        self.without = tuple(without)  # only for measuring a layer's cost: every layer is on by default
+        self._seccomp = (
+            {"unavailable": "left out (without=)"} if "seccomp" in without else seccomp.filter_for_servers()
+        )
+        self.workers = max(1, int(workers or self.limits.workers or os.cpu_count() or 1))
         self.isolation = isolation
         self.hash_seed = int(hash_seed)
         self.scratch = Path(tempfile.mkdtemp(prefix="populora-sandbox-", dir=scratch_dir))
@@ -190,7 +210,9 @@ class Sandbox:
                 t.start()
             for t in threads:
                 t.join()
-        return [o if o is not None else _crashed("lane_failed", "no outcome recorded") for o in outcomes]
+        return [
+            o if o is not None else results.crashed("lane_failed", "no outcome recorded") for o in outcomes
+        ]
 
     def server_pids(self) -> list[int]:
         """Process ids of the running fork servers (for tests of restart after a server's death)."""
@@ -215,6 +237,8 @@ class Sandbox:
             "uid": UID_BASE + int.from_bytes(os.urandom(4), "big") % UID_SPAN,
             "lane": lane,
             "replica": replica,
+            "seccomp": self._seccomp,
+            "without": list(self.without),
         }
 
     def _server(self, lane: int, replica: int) -> _Server:
@@ -237,18 +261,23 @@ class Sandbox:
                 server = self._server(lane, int(programs[chunk[0]].replica))
             except SandboxError as exc:
                 for i in chunk:
-                    outcomes[i] = _crashed("server_unavailable", str(exc))
+                    outcomes[i] = results.crashed("server_unavailable", str(exc))
                 continue
             jobs = [_job(next(self._ids), programs[i]) for i in chunk]
             done = 0
             try:
                 server.send(jobs)
-                for i, job in zip(chunk, jobs):
-                    outcomes[i] = _outcome(server.receive(job, timeout))
+                for i, (job, _) in zip(chunk, jobs):
+                    answer, res, out = server.receive(job, timeout)
+                    outcomes[i] = results.classify(answer, res, out, job["token"], job["values"], self.limits)
                     done += 1
+                    if answer.get("retire"):  # the server found damage it cannot repair: replace it
+                        server.close()
+                        todo.put_back(chunk[done:])
+                        break
             except (OSError, TimeoutError, protocol.FrameError, ValueError) as exc:
                 server.kill()  # restarted on next use; the program it was running is reported,
-                outcomes[chunk[done]] = _crashed(
+                outcomes[chunk[done]] = results.crashed(
                     "server_died", f"fork server failed during the program: {exc!r}"
                 )
                 todo.put_back(chunk[done + 1 :])  # the ones queued behind it run again elsewhere
@@ -286,37 +315,36 @@ class _Queue:
                 self._by_replica[self._replica[i]].appendleft(i)
 
 
-def _job(job_id: int, program: Program) -> dict:
-    return {
+def _job(job_id: int, program: Program) -> tuple[dict, bytes]:
+    """(header the server reads, body only the child reads). The header carries no program text;
+    the token, in the body, is what the child's result frame must start with."""
+    token = os.urandom(16).hex()
+    body = _json(
+        {
+            "source": program.source,
+            "entry": program.entry,
+            "calls": list(program.calls),
+            "stdin": program.stdin,
+            "token": token,
+        }
+    ).encode("utf-8", "surrogatepass")
+    header = {
         "id": job_id,
-        "source": program.source,
-        "entry": program.entry,
-        "calls": list(program.calls),
-        "stdin": program.stdin,
+        "calls": len(program.calls),
+        "size": len(body),
+        # caller side only (not sent to the server): what the result must hold
+        "token": token,
+        "values": len(program.calls) if program.entry is not None else 0,
     }
+    return header, body
 
 
-def _outcome(answer: dict) -> Outcome:
-    status = answer.get("status")
-    if status not in STATUSES:
-        return _crashed("server_error", f"unknown status {status!r}")
-    return Outcome(
-        status=status,
-        reason=answer.get("reason"),
-        values=list(answer.get("values") or []),
-        stdout=str(answer.get("stdout") or ""),
-        seconds=float(answer.get("seconds") or 0.0),
-        detail=str(answer.get("detail") or ""),
-    )
-
-
-def _crashed(what: str, detail: str) -> Outcome:
-    return Outcome(status=CRASHED, reason=f"crashed:{what}", detail=detail[:300])
-
-
-def _shutdown(lanes: list[dict[int, _Server]], scratch: Path) -> None:
+def _shutdown(lanes: list[dict[int, _Server]], scratch_dir: Path) -> None:
     for lane in lanes:
         for server in lane.values():
-            server.close()
+            try:
+                server.close()
+            except Exception:  # closing must never raise into the caller
+                server.kill()
         lane.clear()
-    shutil.rmtree(scratch, ignore_errors=True)  # our logs and, in weak modes, leftover work dirs
+    scratch.remove_tree(str(scratch_dir))  # our logs and, in weak modes, leftover work dirs

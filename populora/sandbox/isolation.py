@@ -3,14 +3,15 @@
 Three modes, strongest first (``docs/sandbox.md`` says what each one does and does not stop):
 
 * ``full`` (needs root): the fork server lives in fresh network, PID, mount, IPC and UTS
-  namespaces. In its mount namespace every inherited mount is read-only; ``/tmp``, ``/var/tmp``,
-  ``/dev/shm``, ``/run``, ``/root``, ``/home`` and ``/sys`` are covered by empty read-only tmpfs
-  (with the Python installation bound back where it lives under one of them); ``/proc`` is a new
-  procfs of the PID namespace mounted ``hidepid=invisible``; children work in a size-limited tmpfs.
-  Children run as an unprivileged uid of their own, so they cannot signal, trace or read the memory
-  of the server, and ``kill(-1, 9)`` reaches nothing outside the namespace.
-* ``uid`` (root without namespaces): children still drop to their own unprivileged uid.
-* ``rlimits`` (not root): resource limits, a process group of its own, a scrubbed environment only.
+  namespaces, with a new root: an empty read-only tmpfs holding only the Python runtime (the
+  standard library and the shared libraries the interpreter maps), a few devices and a new
+  ``/proc`` of the PID namespace (``hidepid=invisible``). Each child gets its own IPC namespace
+  and a fresh tmpfs as its work directory, runs as an unprivileged uid of its own, and loads the
+  seccomp filter (``seccomp.py``) before the program runs.
+* ``uid`` (root without namespaces): children still drop to their own unprivileged uid and load
+  the seccomp filter.
+* ``rlimits`` (not root): resource limits, a process group of its own, a scrubbed environment and
+  the seccomp filter only.
 
 Standard library only (the fork server imports it as a top-level module); ``os.unshare`` is not in
 Python 3.11, hence the ctypes calls into libc.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import math
 import os
 import resource
 import signal
@@ -32,15 +34,20 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 
-HIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home", "/sys")
-WORK_ROOT = "/tmp/populora-sandbox"  # inside the mount namespace only (full mode)
+MNT_DETACH = 2
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+
+WORK_DIR = "/work"  # full mode: where each program's fresh tmpfs is mounted (in the server's root)
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def _check(ret: int, what: str) -> None:
@@ -61,85 +68,110 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _check(_libc.mount(_enc(source), _enc(target), _enc(fstype), flags, _enc(data)), f"mount {target}")
 
 
+def umount(target: str, flags: int = MNT_DETACH) -> None:
+    _check(_libc.umount2(_enc(target), flags), f"umount {target}")
+
+
 def prctl(option: int, arg: int) -> None:
     _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
-
-
-def _mount_points() -> list[tuple[str, int]]:
-    """(mount point, the nosuid/nodev/noexec flags it has) for every mount of this namespace."""
-    points = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            fields = line.split()
-            # mountinfo escapes space, tab, newline and backslash as \ooo
-            point = fields[4].encode().decode("unicode_escape").encode("latin-1").decode()
-            options = set(fields[5].split(","))
-            flags = sum(
-                f
-                for name, f in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC))
-                if name in options
-            )
-            points.append((point, flags))
-    return points
 
 
 class NamespacesUnavailable(OSError):
     """``unshare`` refused (no CAP_SYS_ADMIN, a restrictive container): weaker modes remain."""
 
 
-def _under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
+def runtime_paths() -> list[str]:
+    """What a child's Python needs to see: the standard library and the directories of the shared
+    objects the interpreter has mapped (``libpython``, libc and the system library directory that
+    extension modules load their dependencies from). Resolved paths, outermost first."""
+    paths = {os.path.realpath(os.path.dirname(os.__file__))}
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/") and ".so" in fields[5]:
+                path = fields[5].rstrip("\n")
+                if os.path.isfile(path):
+                    paths.add(os.path.dirname(os.path.realpath(path)))
+    kept: list[str] = []
+    for path in sorted(paths, key=len):  # a directory inside one already bound needs no bind
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
 
 
-def enter_namespaces(network: bool, needed_paths: list[str], work_bytes: int) -> dict:
-    """Move the calling (single-threaded, root) process into new namespaces and build its view.
+def enter_namespaces(network: bool, needed_paths: list[str]) -> dict:
+    """Move the calling (single-threaded, root) process into new namespaces and a new root.
 
-    Returns a report of what was done. The PID namespace applies to the caller's *children*: the
-    next forked process is its init. Raises ``NamespacesUnavailable`` if the namespaces cannot be
-    created (nothing has changed then); any other OSError leaves the process half set up, and the
-    caller must not go on serving in it.
+    The new root is an empty read-only tmpfs holding only ``needed_paths`` (bound read-only), the
+    devices in ``DEVICES``, ``/etc/ld.so.cache``, ``/proc`` (mounted later by the namespace's
+    init) and ``WORK_DIR``; the host's files (``/etc``, ``/root``, ``/home``, ``/var``, the
+    project, the caller's files) are not in it. Returns a report of what was done. The PID
+    namespace applies to the caller's *children*: the next forked process is its init. Raises
+    ``NamespacesUnavailable`` if the namespaces cannot be created (nothing has changed then); any
+    other OSError leaves the process half set up, and the caller must not go on serving in it.
     """
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | (0 if network else CLONE_NEWNET)
     try:
         unshare(flags)
     except OSError as exc:
         raise NamespacesUnavailable(exc.errno, str(exc)) from None
-    report: dict = {"netns": not network, "pidns": True, "mountns": True, "readonly": [], "hidden": []}
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # Paths the children need (the Python installation) are opened before being covered, then
-    # bound back on top of the empty tmpfs; O_PATH fds work as bind sources via /proc/self/fd.
-    keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in needed_paths if os.path.isdir(p)}
-    for point, kept in sorted(set(_mount_points()), key=lambda pf: len(pf[0])):
-        try:  # MS_BIND|MS_REMOUNT changes this mount only, never the shared superblock
-            mount(None, point, None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept)
-            report["readonly"].append(point)
-        except OSError:
-            pass  # e.g. a mount point shadowed by another; it stays as it was (reported)
-    for hidden in HIDDEN_DIRS:
-        if not os.path.isdir(hidden) or os.path.islink(hidden):
-            continue
-        mount("tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    sources = [p for p in needed_paths if os.path.isdir(p)]
+    sources += [p for p in (*DEVICES, "/etc/ld.so.cache") if os.path.exists(p)]
+    # opened before the new root covers anything; O_PATH fds work as bind sources via /proc/self/fd
+    keep = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in sources}
+    new = "/tmp"
+    try:
+        mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=1024,mode=755")
         for path, fd in keep.items():
-            if _under(path, hidden):
-                os.makedirs(path, exist_ok=True)
-                mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-                mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        if hidden == "/tmp":
-            os.makedirs(WORK_ROOT, mode=0o755)
+            target = new + path
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if os.path.isdir(path):
+                os.makedirs(target, exist_ok=True)
+            else:
+                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+            mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
+            device = path.startswith("/dev/")
             mount(
-                "tmpfs",
-                WORK_ROOT,
-                "tmpfs",
-                MS_NOSUID | MS_NODEV,
-                f"size={work_bytes},nr_inodes=4096,mode=711",
+                None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | (0 if device else MS_NODEV)
             )
-        mount(None, hidden, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        report["hidden"].append(hidden)
-    for fd in keep.values():
-        os.close(fd)
-    if "/tmp" not in report["hidden"]:
-        raise OSError(errno.ENOTDIR, "no /tmp to build the work directory in")
-    return report
+        for link in ("/lib", "/lib64", "/usr/lib64"):  # merged-/usr systems: the loader's paths
+            if os.path.islink(link) and not os.path.lexists(new + link):
+                os.makedirs(os.path.dirname(new + link), exist_ok=True)
+                os.symlink(os.readlink(link), new + link)
+        for directory in ("/proc", WORK_DIR, "/.old"):
+            os.makedirs(new + directory, mode=0o755, exist_ok=True)
+    finally:
+        for fd in keep.values():
+            os.close(fd)
+    how = _switch_root(new)
+    mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    return {
+        "netns": not network,
+        "pidns": True,
+        "mountns": True,
+        "root": how,
+        "visible": sorted(keep),
+        "ipcns": "per program",
+        "scratch": "a fresh tmpfs per program",
+    }
+
+
+def _switch_root(new: str) -> str:
+    """Make ``new`` the root of this mount namespace and drop the old root from it."""
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    os.chdir(new)
+    if number is not None and _libc.syscall(number, b".", b".old") == 0:
+        os.chdir("/")
+        umount("/.old")  # detached: the host's file system is no longer reachable from here
+        os.rmdir("/.old")
+        return "pivot_root"
+    # no pivot_root (unknown architecture, or a root that cannot be pivoted): move and chroot
+    os.rmdir(".old")
+    mount(".", "/", None, MS_MOVE)
+    os.chroot(".")
+    os.chdir("/")
+    return "move+chroot"
 
 
 def mount_private_proc() -> str:
@@ -153,21 +185,61 @@ def mount_private_proc() -> str:
     return "unchanged"
 
 
+def mount_scratch(uid: int, size_bytes: int, inodes: int = 4096) -> None:
+    """A fresh, empty tmpfs on ``WORK_DIR`` for the next program, owned by its ``uid``, mode 0700."""
+    options = f"size={size_bytes},nr_inodes={inodes},mode=700,uid={uid},gid={uid}"
+    mount("tmpfs", WORK_DIR, "tmpfs", MS_NOSUID | MS_NODEV, options)
+
+
+def unmount_scratch() -> bool:
+    """Detach the program's tmpfs (the kernel frees it); True when ``WORK_DIR`` is bare again."""
+    try:
+        umount(WORK_DIR)
+    except OSError:
+        return False
+    return not os.path.ismount(WORK_DIR)
+
+
+def load_seccomp(program) -> None:
+    """Install a compiled seccomp filter (a ``FilterProgram``) on the calling thread."""
+    _check(
+        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(program.fprog), 0, 0),
+        "prctl(PR_SET_SECCOMP)",
+    )
+
+
+class FilterProgram:
+    """A raw BPF program in memory, ready for ``load_seccomp`` (built once, before any fork)."""
+
+    class _SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    def __init__(self, bpf: bytes):
+        if not bpf or len(bpf) % 8:
+            raise ValueError(f"a BPF program is a multiple of 8 bytes, not {len(bpf)}")
+        self._buffer = ctypes.create_string_buffer(bpf, len(bpf))
+        self.fprog = self._SockFprog(len(bpf) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
+
+
 def set_parent_death_signal(sig: int = signal.SIGKILL) -> None:
     prctl(PR_SET_PDEATHSIG, int(sig))
 
 
-def confine_child(limits: dict, uid: int | None) -> None:
-    """In a freshly forked child, before any untrusted code: rlimits, then drop to ``uid``.
+def confine_child(limits: dict, uid: int | None, own_ipc: bool = False, seccomp=None) -> None:
+    """In a freshly forked child, before any untrusted code: its own IPC namespace (``own_ipc``,
+    needs root), rlimits, drop to ``uid``, ``no_new_privs``, then the seccomp filter (a
+    ``FilterProgram``, or None where it is unavailable).
 
     ``limits`` holds the ``SandboxLimits`` fields. Raises OSError if a step fails (the caller
     then exits without running the program).
     """
+    if own_ipc:  # System V objects and POSIX queues of this program die with it
+        unshare(CLONE_NEWIPC)
     nproc = 1 + int(limits["max_processes"])
     if uid is None and limits["max_processes"] > 0:
         nproc = _processes_of(os.getuid()) + int(limits["max_processes"])
-    cpu = max(1, int(limits["cpu_seconds"]))
-    memory = int(limits["memory_mb"]) * 1024 * 1024
+    cpu = max(1, math.ceil(limits["cpu_seconds"]))
+    memory = int(limits["memory_mb"] * 1024 * 1024)
     for what, value in (
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at the soft limit, SIGKILL one second later
         (resource.RLIMIT_AS, (memory, memory)),
@@ -187,6 +259,8 @@ def confine_child(limits: dict, uid: int | None) -> None:
             raise OSError(errno.EPERM, f"could not drop to uid {uid}")
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binaries, no new privileges through exec
     prctl(PR_SET_DUMPABLE, 0)  # /proc/<pid>/mem and ptrace of this process need root
+    if seccomp is not None:
+        load_seccomp(seccomp)  # last: the steps above use calls it denies (unshare)
 
 
 def _processes_of(uid: int) -> int:

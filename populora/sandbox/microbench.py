@@ -1,12 +1,17 @@
 """Micro-benchmark: executions per second of ``Sandbox.run_many`` vs ``execute_naive``.
 
-    python -m populora.sandbox.microbench [--programs 200] [--workers N]
+    python -m populora.sandbox.microbench [--programs 200] [--workers N] [--cpu] [--layers]
 
 Both sides run the same batch of small AZR-style programs with the same limits and the same
 number of concurrent executions (the naive side uses a thread pool of ``workers`` threads, each
 starting one ``python -I -S -c`` process per execution). Sandbox start-up (fork servers of both
 replicas) is timed separately and excluded from the throughput, then reported. The official
 validation benchmark is ``populora bench executor``; this one isolates the executor itself.
+
+``--layers`` measures what each isolation layer costs per execution: one lane runs the same small
+program with every layer, then with each layer left out (``Sandbox(without=...)``), in alternating
+rounds, best round kept (wall time, and CPU time of the fork server and its children, the steadier
+figure on a shared machine); the difference is that layer's cost.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from populora.sandbox.api import Program, SandboxLimits
-from populora.sandbox.executor import Sandbox
+from populora.sandbox.executor import LAYERS, Sandbox
 from populora.sandbox.naive import execute_naive
 
 TEMPLATES = [
@@ -87,6 +92,103 @@ def cpu_breakdown(n: int) -> dict[str, float]:
     }
 
 
+def _server_pid(box: Sandbox) -> int:
+    (pid,) = box.server_pids()
+    if box.mode == "full":  # the process we started only waits; the server is its one child
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            pid = int(fh.read().split()[0])
+    return pid
+
+
+def layer_costs(n: int = 400, rounds: int = 7) -> dict[str, tuple[float, float]]:
+    """Per execution on one lane, best of ``rounds`` alternating rounds: (wall ms, CPU ms of the
+    fork server and its children), with every layer (``"all"``) and with each of ``LAYERS`` left
+    out (``"without <layer>"``). CPU time is the steadier figure on a shared machine."""
+    programs = [Program("def f(a):\n    return sorted(a)", calls=("[3, 1, 2]",)) for _ in range(n)]
+    configs = {"all": ()} | {f"without {layer}": (layer,) for layer in LAYERS}
+    boxes = {name: Sandbox(workers=1, without=without) for name, without in configs.items()}
+    best = {name: (float("inf"), float("inf")) for name in configs}
+    try:
+        pids = {}
+        for name, box in boxes.items():
+            box.run_many(programs[:20])  # warm
+            pids[name] = _server_pid(box)
+        for _ in range(rounds):
+            for name, box in boxes.items():
+                cpu0 = sum(_cpu_seconds(pids[name]))
+                start = time.perf_counter()
+                outs = box.run_many(programs)
+                wall = 1000 * (time.perf_counter() - start) / n
+                cpu = 1000 * (sum(_cpu_seconds(pids[name])) - cpu0) / n
+                best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+                if not all(o.ok for o in outs):
+                    raise RuntimeError(f"{name}: {[o.reason for o in outs if not o.ok][:3]}")
+    finally:
+        for box in boxes.values():
+            box.close()
+    return best
+
+
+def _cpu_per_call(fn, n: int) -> float:
+    """Median CPU microseconds of the calling thread for one ``fn()`` (``n`` calls)."""
+    costs = []
+    for _ in range(n):
+        t0 = time.thread_time_ns()
+        fn()
+        costs.append((time.thread_time_ns() - t0) / 1000)
+    costs.sort()
+    return costs[len(costs) // 2]
+
+
+def layer_syscall_costs(n: int = 200) -> dict[str, float]:
+    """CPU microseconds of each layer's own step, median of ``n`` (root only), measured with the
+    sandbox's functions in a throw-away process with a mount namespace of its own: the child's
+    ``unshare(CLONE_NEWIPC)``, the child's seccomp load, the server's mount and detach of a
+    program's tmpfs, and a fork server's start-up with and without its namespaces and new root.
+    Kernel work deferred to other threads (freeing a namespace or a tmpfs after RCU) is not in these
+    figures; the differential run is."""
+    import json
+
+    from populora.sandbox import isolation, seccomp
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            isolation.unshare(isolation.CLONE_NEWNS)
+            isolation.mount(None, "/", None, isolation.MS_REC | isolation.MS_PRIVATE)
+            isolation.WORK_DIR = "/tmp"  # only in this throw-away mount namespace
+            program = isolation.FilterProgram(seccomp.compile_filter()[0])
+            out = {
+                "scratch tmpfs (mount + detach)": _cpu_per_call(
+                    lambda: (isolation.mount_scratch(os.getuid(), 16 << 20), isolation.unmount_scratch()), n
+                ),
+                "IPC namespace (unshare)": _cpu_per_call(
+                    lambda: isolation.unshare(isolation.CLONE_NEWIPC), n
+                ),
+            }
+            isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+            # filters stack: at most 100 (the kernel caps a stack's total instructions)
+            out["seccomp load"] = _cpu_per_call(lambda: isolation.load_seccomp(program), min(n, 100))
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as fh:
+        data = fh.read()
+    os.waitpid(pid, 0)
+    out = json.loads(data) if data else {}
+    for mode in ("full", "uid"):
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            Sandbox(workers=1, isolation=mode).close()
+            best = min(best, time.perf_counter() - start)
+        out[f"fork server start-up, {mode} (ms, best of 5)"] = 1000 * best
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", type=int, default=200)
@@ -94,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cpu", action="store_true", help="also print CPU per program, by process (Linux /proc)"
     )
+    parser.add_argument("--layers", action="store_true", help="also print each isolation layer's cost")
     args = parser.parse_args(argv)
     limits = SandboxLimits()
     programs = corpus(args.programs)
@@ -129,6 +232,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{c['children']:.2f} ms, caller {c['caller']:.2f} ms; wall {c['wall']:.2f} ms "
             f"(child {c['child_wall']:.2f} ms)"
         )
+    if args.layers:
+        costs = layer_costs()
+        wall, cpu = costs["all"]
+        print(f"per execution, one lane, best of 7 x 400: all layers {wall:.3f} ms wall, {cpu:.3f} ms CPU")
+        for layer in LAYERS:
+            w, c = costs[f"without {layer}"]
+            print(
+                f"  {layer:<14} costs {wall - w:+.3f} ms wall, {cpu - c:+.3f} ms CPU (without it: {w:.3f} / {c:.3f})"
+            )
+        if os.geteuid() == 0:
+            print("each layer's own step, CPU of the calling thread, median of 200 (100 for seccomp):")
+            for name, value in layer_syscall_costs().items():
+                unit = "" if "ms" in name else " us"
+                print(f"  {name:<46} {value:8.1f}{unit}")
     return 0 if agree == n else 1
 
 

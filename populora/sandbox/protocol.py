@@ -1,6 +1,10 @@
 """Framing of the two pipes of the sandbox.
 
-* caller <-> fork server (both trusted): length-prefixed JSON objects.
+* caller -> fork server (both trusted): a length-prefixed JSON chunk header (job ids, numbers of
+  calls, body sizes) followed by the jobs' bodies, raw (each the UTF-8 JSON of one job); the
+  server moves each body into a memfd unread (see ``server.py``).
+* fork server -> caller: per job a length-prefixed JSON header (exit status, timings, sizes)
+  followed by the child's raw result frame and its raw output.
 * child -> fork server (the child ran untrusted code): a length-prefixed list of UTF-8 fields,
   parsed strictly by the server. The first field is a per-child random token; a frame with a
   wrong token, a malformed frame or more than one frame is rejected (see ``server.py``). Building
@@ -31,6 +35,28 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+def writev_all(fd: int, parts: list) -> None:
+    """Write every buffer of ``parts`` in order with ``writev`` (no joined copy in memory)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        n = os.writev(fd, views)
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+
+
+def read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    """Exactly ``n`` bytes from ``fd`` (FrameError on end of file, TimeoutError past ``deadline``)."""
+    if n == 0:
+        return b""
+    data = _read_exact(fd, n, deadline)
+    if data is None:
+        raise FrameError(f"pipe closed before {n} expected bytes")
+    return data
 
 
 def write_json(fd: int, obj: object) -> None:

@@ -2,13 +2,23 @@
 
 Started by ``executor.Sandbox`` as ``python -B -s -S server.py CONFIG_JSON`` (never forked from
 the caller, which may have torch loaded), with a scrubbed environment whose ``PYTHONHASHSEED`` is
-the replica's. It pre-imports the modules programs commonly use, then serves requests: each is a
-chunk of programs (JSON frame on stdin) run back to back, one forked child each, one answer (JSON
-frame on stdout) per program as soon as it is done.
+the replica's. It pre-imports the modules programs commonly use, then serves requests: a chunk
+header (JSON frame: ids and body sizes) followed by the jobs' bodies, run back to back, one forked
+child each, one answer per program as soon as it is done (JSON header frame, then the child's raw
+result frame and output).
+
+The server never holds a program's text, input or output in its own memory, so nothing of one
+job is in the memory of another job's child: each body is moved from the request pipe into a
+memfd of its own by ``splice`` (kernel to kernel) and read only by the forked child; the child's
+result and output are read into buffers that are passed on by ``writev`` and zeroed right after.
+The caller (``results.py``) checks the result frame (token, limits) and builds the outcome.
 
 Supervision of one child: wall-clock deadline (then SIGKILL to every process the child made),
-bounded capture of its stdout+stderr, a result channel read as one strict frame carrying a random
-per-child token, then kill/reap whatever is left and remove the child's work directory.
+bounded capture of its stdout+stderr and of its result channel, then kill/reap whatever is left
+and remove the child's scratch file system (full mode: detach its tmpfs; other modes: remove the
+work directory without recursion). A server that cannot clean up after a program (a scratch that
+stays mounted or undeletable) says so in that program's answer (``retire``) and exits; the
+caller starts a fresh one.
 
 In ``full`` mode the process started by the caller ("outer") only creates the namespaces, forks the
 real server ("inner", PID 1 of the new PID namespace) and waits for it; if the outer process is
@@ -21,19 +31,19 @@ import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])  # sibling modules, imported as top-level modules
 
-import fcntl  # noqa: E402
 import gc  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import select  # noqa: E402
-import shutil  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 
+import channels  # noqa: E402
 import isolation  # noqa: E402
 import protocol  # noqa: E402
 import runner  # noqa: E402
+import scratch  # noqa: E402
 
 # What AZR-style programs import (the task environment's allow-list); imported once here so that a
 # child's import is a dictionary lookup. Each extra module makes every fork a little dearer.
@@ -44,11 +54,6 @@ PRELOAD = (
 ).split()
 
 SETUP_FAILED = 121  # exit code of a child whose confinement failed (the program never ran)
-STATUSES = {"ok", "error", "memory", "output_too_large", "crashed"}
-
-
-class CallerGone(Exception):
-    """The caller's end of the request pipe closed while a program ran (the caller died)."""
 
 
 class Server:
@@ -57,41 +62,64 @@ class Server:
         self.mode = mode
         self.report = report
         self.uid = config.get("uid") if mode in ("full", "uid") else None
-        self.work_root = isolation.WORK_ROOT if mode == "full" else config["scratch"]
         self.req = req  # watched during each program: a hang-up means the caller is gone
         self.seq = 0
         self.name = f"lane{config['lane']}-replica{config['replica']}"  # servers may share a scratch root
+        self.scratch_root = config["scratch"]
+        self.scratch_bytes = max(16 << 20, 8 * int(self.limits["max_file_bytes"]))
+        self.own_ipc = mode == "full" and "ipc_namespace" not in config.get("without", ())
+        self.tmpfs = mode == "full" and "scratch_tmpfs" not in config.get("without", ())
+        if mode == "full" and not self.tmpfs:
+            # only when measuring that layer's cost: one tmpfs per server, a directory per job
+            flags = isolation.MS_NOSUID | isolation.MS_NODEV
+            isolation.mount(
+                "tmpfs", isolation.WORK_DIR, "tmpfs", flags, f"size={self.scratch_bytes},mode=711"
+            )
+            self.scratch_root = isolation.WORK_DIR
+        self.res, self.out = channels.Capture(), channels.Capture()
+        bpf = config.get("seccomp", {}).get("bpf")
+        self.seccomp = isolation.FilterProgram(bytes.fromhex(bpf)) if bpf else None
 
     # --- one program -------------------------------------------------------------------
-    def run(self, job: dict) -> dict:
+    def run(self, job: dict, body: int) -> tuple[dict, memoryview, memoryview, str | None]:
+        """Run the job whose body is in the memfd ``body``: (answer header, result bytes, output
+        bytes, why this server must retire or None). The two views are zeroed by the caller."""
         self.seq += 1
-        workdir = os.path.join(self.work_root, f"{self.name}-job{self.seq}")
-        os.mkdir(workdir, 0o700)
-        if self.uid is not None:
-            os.chown(workdir, self.uid, self.uid)
-        token = os.urandom(16).hex()
+        if self.tmpfs:
+            workdir = isolation.WORK_DIR
+            isolation.mount_scratch(self.uid, self.scratch_bytes)
+        else:
+            workdir = os.path.join(self.scratch_root, f"{self.name}-job{self.seq}")
+            os.mkdir(workdir, 0o700)
+            if self.uid is not None:
+                os.chown(workdir, self.uid, self.uid)
         r_res, w_res = os.pipe()
         r_out, w_out = os.pipe()
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
             try:
-                self._child(job, workdir, token, w_res, w_out)  # ends in os._exit
+                self._child(body, workdir, w_res, w_out)  # ends in os._exit
             finally:
                 os._exit(SETUP_FAILED + 2)
         os.close(w_res)
         os.close(w_out)
+        retire = None
         try:
-            outcome = self._supervise(job, pid, token, r_res, r_out, start)
+            answer, res, out = self._supervise(job, pid, r_res, r_out, start)
         finally:
             self._kill_rest(pid)
             os.close(r_res)
             os.close(r_out)
-            shutil.rmtree(workdir, ignore_errors=True)
-        outcome["id"] = job["id"]
-        return outcome
+            if self.tmpfs:
+                if not isolation.unmount_scratch():
+                    retire = "the program's scratch tmpfs could not be detached"
+            elif not scratch.remove_tree(workdir):
+                retire = f"the work directory {workdir} could not be removed"
+        answer["id"] = job["id"]
+        return answer, res, out, retire
 
-    def _child(self, job: dict, workdir: str, token: str, w_res: int, w_out: int) -> None:
+    def _child(self, body: int, workdir: str, w_res: int, w_out: int) -> None:
         try:
             # Own process group, in the server's session (which has no controlling terminal). Not
             # setsid(): with scheduler autogroups it costs ~2 ms and gives each child its own CPU share.
@@ -99,6 +127,7 @@ class Server:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
                 signal.signal(sig, signal.SIG_DFL)
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over RLIMIT_FSIZE: OSError, not a kill
+            job = json.loads(channels.read_memfd(body).decode("utf-8", "surrogatepass"))
             stdin = job.get("stdin") or ""
             if stdin:
                 fd = os.memfd_create("stdin")
@@ -110,9 +139,9 @@ class Server:
             os.dup2(w_out, 1)
             os.dup2(w_out, 2)
             os.dup2(w_res, 3)
-            os.closerange(4, 1 << 20)  # the caller's pipes, the other pipe ends, everything else
+            os.closerange(4, 1 << 20)  # the caller's pipes, the other jobs' memfds, everything else
             os.chdir(workdir)
-            isolation.confine_child(self.limits, self.uid)
+            isolation.confine_child(self.limits, self.uid, self.own_ipc, self.seccomp)
             out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), "utf-8", "backslashreplace")
             err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), "utf-8", "backslashreplace")
             sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), "utf-8", "replace")
@@ -125,25 +154,24 @@ class Server:
             finally:
                 os._exit(SETUP_FAILED)
         # Captured now: the program may rebind these names, not these objects.
-        finish = _make_finish(token, out, err)
-        result = runner.execute(
-            job["source"], job.get("entry"), job.get("calls") or [], int(self.limits["max_output_chars"])
-        )
-        finish(result)
+        finish = _make_finish(job["token"], out, err)
+        source, entry, calls = job["source"], job.get("entry"), job.get("calls") or []
+        del job  # the program's frame walk finds its own inputs only, and not twice
+        finish(runner.execute(source, entry, calls, int(self.limits["max_output_chars"])))
 
-    def _supervise(self, job: dict, pid: int, token: str, r_res: int, r_out: int, start: float) -> dict:
+    def _supervise(self, job: dict, pid: int, r_res: int, r_out: int, start: float):
         limits = self.limits
         deadline = start + float(limits["wall_seconds"])
-        n_calls = len(job.get("calls") or [])
-        res_cap = 4096 + n_calls * (4 * int(limits["max_output_chars"]) + 8)
+        res_cap = 4096 + int(job["calls"]) * (4 * int(limits["max_output_chars"]) + 8)
         out_cap = 4 * int(limits["max_stdout_chars"]) + 4
-        res, out = bytearray(), bytearray()
-        res_overflow = False
+        res, out = self.res.reset(res_cap), self.out.reset(out_cap)
         pidfd = os.pidfd_open(pid)
         poller = select.poll()
         # The result frame is read once the child has exited, saving a wake-up per program, when
         # the pipe can hold the largest frame the limits allow (else it is read as it comes).
-        watched = (r_out, pidfd) if _pipe_capacity(r_res, res_cap) >= res_cap else (r_res, r_out, pidfd)
+        watched = (
+            (r_out, pidfd) if channels.pipe_capacity(r_res, res_cap) >= res_cap else (r_res, r_out, pidfd)
+        )
         for fd in watched:
             poller.register(fd, select.POLLIN)
         # No request is pending while a chunk runs (the caller sends the next one after the last
@@ -160,7 +188,7 @@ class Server:
                     break  # a drain that outlives its second: whatever still writes is killed
                 for fd, _ in poller.poll(left * 1000):
                     if fd == self.req:
-                        raise CallerGone
+                        raise channels.CallerGone
                     if fd == pidfd:
                         exited = True
                         poller.unregister(pidfd)
@@ -169,57 +197,25 @@ class Server:
                         if r_res not in watched:
                             poller.register(r_res, select.POLLIN)
                         continue
-                    data = os.read(fd, 1 << 16)
-                    if not data:
+                    if not (res if fd == r_res else out).read_from(fd):
                         poller.unregister(fd)
                         open_pipes.discard(fd)
-                    elif fd == r_res:
-                        res_overflow |= len(res) + len(data) > res_cap
-                        if not res_overflow:
-                            res += data
-                    elif len(out) < out_cap:
-                        out += data[: out_cap - len(out)]
         finally:
             os.close(pidfd)
         if timed_out:
             os.kill(pid, signal.SIGKILL)
         _, status, usage = os.wait4(pid, 0)
-        seconds = time.monotonic() - start
-        stdout = out.decode("utf-8", "replace")[: int(limits["max_stdout_chars"])]
-        outcome = {"stdout": stdout, "seconds": seconds, "values": [], "detail": ""}
-        cpu = usage.ru_utime + usage.ru_stime
-        if timed_out:
-            return outcome | {
-                "status": "timeout",
-                "reason": "timeout",
-                "detail": f"wall-clock limit of {limits['wall_seconds']} s",
-            }
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= int(limits["cpu_seconds"]) - 0.05):
-                return outcome | {
-                    "status": "timeout",
-                    "reason": "timeout",
-                    "detail": f"CPU-time limit of {limits['cpu_seconds']} s",
-                }
-            try:
-                name = signal.Signals(sig).name
-            except ValueError:
-                name = f"signal{sig}"
-            return outcome | {"status": "crashed", "reason": f"crashed:{name}", "detail": f"killed by {name}"}
-        code = os.WEXITSTATUS(status)
-        if code == SETUP_FAILED and not res:
-            return outcome | {
-                "status": "crashed",
-                "reason": "crashed:setup_failed",
-                "stdout": "",
-                "detail": f"the child could not be confined; the program did not run: {stdout}",
-            }
-        if code != 0 or not res:
-            detail = "exited without a result" + (f" (exit status {code})" if code else " (exit status 0)")
-            return outcome | {"status": "crashed", "reason": f"crashed:exit_{code}", "detail": detail}
-        checked = _check_result(bytes(res), res_overflow, token, job, limits)
-        return outcome | checked
+        answer = {
+            "seconds": time.monotonic() - start,
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "timed_out": timed_out,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "res_overflow": res.overflow,
+            "res": res.size,
+            "out": out.size,
+        }
+        return answer, res, out
 
     def _kill_rest(self, pid: int, reap_child: bool = True) -> None:
         """SIGKILL every process the program made, the child included.
@@ -246,14 +242,6 @@ class Server:
                 pass
             if reap_child:
                 isolation.kill_descendants()
-
-
-def _pipe_capacity(fd: int, wanted: int) -> int:
-    """Grow a pipe's buffer towards ``wanted`` bytes (Linux F_SETPIPE_SZ); its capacity after."""
-    try:
-        return fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, min(max(wanted, 4096), 1 << 20))
-    except (OSError, AttributeError):
-        return 0
 
 
 def _make_finish(token: str, out, err):
@@ -292,29 +280,6 @@ def _make_finish(token: str, out, err):
     return finish
 
 
-def _check_result(buf: bytes, overflow: bool, token: str, job: dict, limits: dict) -> dict:
-    """The child's frame, trusted only if it is well formed, carries the token and makes sense."""
-    bad = {"status": "crashed", "reason": "crashed:bad_result"}
-    if overflow:
-        return bad | {"detail": "result channel over its size limit"}
-    try:
-        fields = protocol.unpack_fields(buf)
-    except protocol.FrameError as exc:
-        return bad | {"detail": f"malformed result channel: {exc}"[:300]}
-    if len(fields) < 4 or fields[0] != token:
-        return bad | {"detail": "result frame without the child's token"}
-    status, reason, detail, values = fields[1], fields[2], fields[3], fields[4:]
-    expected = len(job.get("calls") or []) if job.get("entry") is not None else 0
-    limit = int(limits["max_output_chars"])
-    if status not in STATUSES or (status == "ok") != (reason == ""):
-        return bad | {"detail": f"impossible status {status!r}/{reason!r}"[:300]}
-    if status == "ok" and (len(values) != expected or any(len(v) > limit for v in values)):
-        return bad | {"detail": "result values do not match the calls or the limits"}
-    if status != "ok" and values:
-        return bad | {"detail": "values with a failure"}
-    return {"status": status, "reason": reason or None, "values": values, "detail": detail[:300]}
-
-
 def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
     for name in PRELOAD:
         try:
@@ -324,27 +289,46 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
     gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write pages)
     os.environ.pop("PYTHONHASHSEED", None)  # the hash secret is already drawn; children need no copy
     server = Server(config, mode, report, req)
+    report["seccomp"] = (
+        "loaded in every child"
+        if server.seccomp
+        else config.get("seccomp", {}).get("unavailable", "not requested")
+    )
     protocol.write_json(resp, {"ready": True, "mode": mode, "report": report, "pid": os.getpid()})
     while True:
-        message = protocol.read_json(req)
-        if message is None:  # the caller closed the pipe or died
+        header = protocol.read_json(req)
+        if header is None:  # the caller closed the pipe or died
             return
-        for job in message["jobs"]:  # back to back, one answer each, in order
-            try:
-                answer = server.run(job)
-            except CallerGone:
-                return  # run() has killed the program; in full mode our exit ends the namespace
-            except Exception as exc:  # a server-side failure is this program's crash, not the server's end
-                answer = {
-                    "id": job.get("id"),
-                    "status": "crashed",
-                    "reason": "crashed:server_error",
-                    "values": [],
-                    "stdout": "",
-                    "seconds": 0.0,
-                    "detail": repr(exc)[:300],
-                }
-            protocol.write_json(resp, answer)
+        bodies = []
+        try:
+            for job in header["jobs"]:  # every body into its own memfd before any program runs
+                try:
+                    bodies.append(channels.take_body(req, int(job["size"])))
+                except channels.CallerGone:
+                    return  # the caller died while sending: nothing runs
+            for job, body in zip(header["jobs"], bodies):  # back to back, one answer each, in order
+                res = out = None
+                try:
+                    answer, res, out, retire = server.run(job, body)
+                except channels.CallerGone:
+                    return  # run() has killed the program; in full mode our exit ends the namespace
+                except Exception as exc:  # a server-side failure: this program's crash, and we retire
+                    answer = {"id": job.get("id"), "error": repr(exc)[:300], "res": 0, "out": 0}
+                    retire = f"server error: {exc!r}"[:300]
+                answer["retire"] = retire
+                head = json.dumps(answer, separators=(",", ":")).encode()
+                parts = [protocol.HEADER.pack(len(head)) + head]
+                if res is not None:
+                    parts += [res.view(), out.view()]
+                protocol.writev_all(resp, parts)
+                if res is not None:
+                    res.wipe()
+                    out.wipe()
+                if retire:
+                    return  # damaged: the caller starts a fresh server
+        finally:
+            for fd in bodies:
+                os.close(fd)
 
 
 def main(argv: list[str]) -> int:
@@ -358,10 +342,9 @@ def main(argv: list[str]) -> int:
     report: dict = {}
     mode = "rlimits"
     if wanted in ("auto", "full") and isolation.is_root():
-        needed = sorted({sys.base_prefix, sys.base_exec_prefix, os.path.dirname(os.path.abspath(__file__))})
-        work_bytes = max(16 << 20, 8 * int(config["limits"]["max_file_bytes"]))
         try:
-            report = isolation.enter_namespaces(bool(config["limits"]["network"]), needed, work_bytes)
+            needed = isolation.runtime_paths()
+            report = isolation.enter_namespaces(bool(config["limits"]["network"]), needed)
             mode = "full"
         except isolation.NamespacesUnavailable as exc:
             report = {"namespaces_failed": str(exc)}

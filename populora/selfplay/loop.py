@@ -36,6 +36,7 @@ broadcast to every rank. One rank is the case W = 1, not a separate path (see do
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -55,7 +56,7 @@ from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
 from populora.population import evolution, matchmaking, ratings
 from populora.population.members import LineageLog, Member, founder_record, founders
-from populora.sandbox import Sandbox, SandboxLimits
+from populora.sandbox import Sandbox
 from populora.selfplay import stages
 from populora.selfplay.budget import Usage, budget_for
 from populora.selfplay.train import MemberGroup, train_member
@@ -89,15 +90,10 @@ class SelfPlay:
             code_f_inputs=cfg.tasks.code_f_inputs,
             code_f_shown=cfg.tasks.code_f_shown,
         )
-        sb = cfg.sandbox
-        limits = SandboxLimits(
-            wall_seconds=sb.wall_seconds,
-            cpu_seconds=sb.cpu_seconds,
-            memory_mb=sb.memory_mb,
-            max_output_chars=cfg.tasks.max_output_chars,
-        )
-        # each rank's sandbox pool gets its share of the node's cores
-        workers = sb.workers or max(1, (os.cpu_count() or 1) // self.comm.local_world)
+        # the run's sandbox section, with the task environment's output limit; each rank's sandbox pool
+        # gets its share of the node's cores
+        workers = cfg.sandbox.workers or max(1, (os.cpu_count() or 1) // self.comm.local_world)
+        limits = dataclasses.replace(cfg.sandbox, max_output_chars=cfg.tasks.max_output_chars, workers=workers)
         self.sandbox = Sandbox(limits=limits, workers=workers)
         longest = max(cfg.selfplay.teacher_sampling.max_new_tokens, cfg.selfplay.student_sampling.max_new_tokens)
         self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs(),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from populora.policy.base import GenerationResult
-from populora.tasks.records import Attempt, Proposal, Task, Verdict
+from populora.tasks.records import GENERATION_ERROR, SANDBOX_ERROR, Attempt, Proposal, Task, Verdict
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,6 @@ class SolveGroup:
         return sum(a.score for a in scored) / len(scored) if scored else None
 
 
-SANDBOX_ERROR = "sandbox_error"  # the verifier itself failed (not the program under test)
-GENERATION_ERROR = "generation_error"  # the generation call failed: no completion to judge
 
 
 INFRA_ERRORS = (SANDBOX_ERROR, GENERATION_ERROR)

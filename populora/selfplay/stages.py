@@ -280,7 +280,7 @@ def step_metrics(members: Mapping, records: Sequence[ProposalRecord], groups: Se
     for r in records:
         by_type[r.job.task_type].append(r)
         if not r.valid:
-            reasons[reason_kind(r.verdict.reason if r.verdict else None) or "unknown"] += 1
+            reasons[reason_kind(r.verdict.reason if r.verdict else None) or "other"] += 1
     for tt, rs in by_type.items():
         m[f"teacher/{tt}/valid_rate"] = mean(float(r.valid) for r in rs)
         m[f"teacher/{tt}/reward_mean"] = mean(r.reward for r in rs if r.reward is not None)

@@ -39,6 +39,9 @@ MEMORY = "memory"
 OUTPUT_TOO_LARGE = "output_too_large"  # an output repr is over the limit (never truncated)
 NOT_LITERAL = "not_literal"  # code_o/code_i output that ``ast.literal_eval`` cannot read back
 WRONG = "wrong"  # attempt: well formed but not equal to the gold answer
+# infrastructure losses (not the model's fault: no reward, not trained on, counted apart)
+SANDBOX_ERROR = "sandbox_error"  # the verifier itself failed (not the program under test)
+GENERATION_ERROR = "generation_error"  # the engine gave no usable completion (failed call, aborted)
 REASONS = (
     FORMAT,
     SYNTAX_ERROR,
@@ -52,6 +55,8 @@ REASONS = (
     OUTPUT_TOO_LARGE,
     NOT_LITERAL,
     WRONG,
+    SANDBOX_ERROR,
+    GENERATION_ERROR,
 )
 
 
@@ -65,9 +70,27 @@ def runtime_error(exc_type: str) -> str:
     return f"runtime_error:{exc_type}"
 
 
+# The families of reasons (the part before ``:``). Metric names are built from these
+# (``teacher/reject/<kind>``), so ``reason_kind`` returns only members of this fixed set.
+BANNED_KIND = "banned"
+RUNTIME_ERROR_KIND = "runtime_error"
+CRASHED_KIND = "crashed"
+BAD_LINE = "bad_line"  # a CLI input line that could not be read (too deep, too long, not UTF-8)
+OTHER_KIND = "other"  # any reason outside the known families
+REASON_KINDS = (*REASONS, BANNED_KIND, RUNTIME_ERROR_KIND, CRASHED_KIND, BAD_LINE, OTHER_KIND)
+_REASON_KINDS = frozenset(REASON_KINDS)
+
+
 def reason_kind(reason: str | None) -> str | None:
-    """The family of a reason (``banned:os`` -> ``banned``), for counting rejections."""
-    return None if reason is None else reason.split(":", 1)[0]
+    """The family of a reason (``banned:os`` -> ``banned``), for counting rejections.
+
+    Always a member of ``REASON_KINDS`` (None for no reason): a reason of an unknown family,
+    however long or strange its text, counts as ``other``.
+    """
+    if reason is None:
+        return None
+    kind = str(reason).split(":", 1)[0]
+    return kind if kind in _REASON_KINDS else OTHER_KIND
 
 
 def _check_type(task_type: str) -> str:

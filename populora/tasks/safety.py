@@ -1,208 +1,150 @@
-"""AST safety check of proposed programs: rejects what makes a program nondeterministic or unsafe.
+"""AST safety check of proposed programs: a task-quality rule that rejects unsafe or nondeterministic
+programs early, with a reason ``banned:<name>``. It is not the security boundary (the sandbox is,
+and holds on its own), but it must hold against any spelling of a banned capability, so every rule
+is an allowlist or closes a whole family by construction, never a list of known spellings.
 
-The check works on the syntax tree, never on substrings: the AZR reference searched the source text for
-banned import lines, so ``import os`` with two spaces, ``import os as q`` or ``from os import *`` slipped
-through. Every finding is a machine-readable reason ``banned:<name>``.
+The check works on the syntax tree, never on substrings (the AZR reference searched the source text,
+so ``import os`` with two spaces slipped through). Rules (the lists are configuration, ``SafetyConfig``):
 
-Rules (the lists are configuration, ``SafetyConfig``):
+- **Modules: allowlists all the way down.** ``import m`` / ``from m import n`` only for ``m`` in
+  ``allowed_modules``; a module is then reached only through the allowlist of its public names
+  (``module_names``, the packaged ``allowed_module_names.json``): ``m.a`` and ``from m import a``
+  need ``a`` in it (``typing.collections`` and ``dataclasses.sys`` are not, nor is anything private).
+  The list is each module's public API less its submodules and the functions that turn strings into
+  attribute access or code (``typing.get_type_hints``, ``typing.ForwardRef``, ``functools.wraps`` /
+  ``update_wrapper``, ``functools.singledispatch``, ``operator.attrgetter`` / ``methodcaller``,
+  ``string.Formatter``, ``dataclasses.make_dataclass``). ``from m import *`` only where every name it
+  binds is on the list. A module bound by an import is usable only as ``m.attr``
+  (``banned:module_as_value``), so no alias escapes these rules.
+- **Attribute names: no ``_`` prefix, anywhere.** An attribute name starting with ``_`` is rejected
+  wherever a program can name one: attribute access, keyword attributes of ``match`` class patterns,
+  the field paths of format strings (``'{0.gi_frame}'``), and the constant name of
+  ``getattr``/``setattr``/``delattr``/``hasattr``; the only exceptions are ``allowed_dunders``
+  (``__init__`` for ``super().__init__()``, ``__name__``, and the dunder methods a class may define,
+  which lead nowhere new). The public attributes of frames, code, tracebacks, generators,
+  coroutines and cells (``gi_frame``, ``f_back``, ``f_globals``, ``co_code``, ``cell_contents``...)
+  are rejected too; that set is read from the interpreter's own types, so it is complete for the
+  running Python.
+- **Strings become attribute names only through constants.** ``getattr`` and friends only as a direct
+  call with a constant name; ``.format``/``.format_map`` only on a string literal (whose field paths
+  are checked above), never on a string built at run time; a string constant naming a dunder outside
+  ``allowed_dunders`` is rejected (``type('X', (), {'__getattr__': ...})``).
+- **User-defined dunder methods** only from ``allowed_dunders`` (``__init__``, ``__repr__``,
+  ``__eq__``, ``__lt__``, ``__hash__``, ``__len__``, ``__iter__``, ``__getitem__``, the other
+  comparison, arithmetic and container methods...): never ``__getattr__``, ``__setattr__``,
+  ``__set_name__``, ``__init_subclass__``, ``__reduce__``, ``__exit__``, ``__del__``... through which
+  the interpreter would hand a program's code an object or an attribute name it did not choose.
+- **Positional ``match`` class patterns** look attributes up by the names in the class's
+  ``__match_args__``, which a program could build at run time; they are accepted only for the
+  built-in self-matching types (``int(x)``, ``str(s)``... when the program never rebinds the name) and
+  for the program's own ``@dataclass`` classes without bases or class keywords
+  (``banned:match_positional`` otherwise).
+- **Names:** a name in ``banned_names`` (``eval``, ``exec``, ``open``, ``id``, ``hash``...) in any
+  context, even as a parameter; dunder names other than ``__name__`` and ``__slots__``.
 
-- **Imports: an allowlist.** ``import x`` / ``from x import ...`` is accepted only when the top-level
-  module ``x`` is in ``allowed_modules`` (pure, deterministic standard modules). An allowlist, not a
-  denylist, because the standard library has hundreds of modules and new ones appear with each Python
-  release; a denylist that forgets one (``_posixsubprocess``, ``pty``, ``tracemalloc``...) is a hole,
-  an allowlist that forgets one only rejects a harmless program. A rejected import is reported as
-  ``banned:<module>``. Relative imports are rejected.
-- **Names:** any use of a name in ``banned_names`` (``eval``, ``exec``, ``open``, ``id``, ``hash``,
-  ``get_type_hints`` and the other library functions that evaluate annotation strings as code...),
-  in any context, even as a variable, parameter or function name: allowing ``def g(eval)`` but not
-  ``eval(...)`` would need scope analysis for no gain. Dunder names (``__builtins__``, ``__import__``...)
-  are rejected except the harmless ``__name__``.
-- **Attributes:** any attribute access whose name is a dunder outside ``allowed_dunders`` (so
-  ``x.__class__.__subclasses__()``, ``f.__globals__``, ``__code__`` are rejected; ``super().__init__()``
-  is fine), or in ``banned_attributes`` (module and frame attributes that reach the interpreter from
-  an allowed module: ``dataclasses.sys``, ``typing.sys``, ``gen.gi_frame.f_back``),
-  or, on an imported module (``x`` in ``x.a.b`` was bound by an import), a private name (leading
-  underscore) or a name in ``banned_module_attributes`` (``statistics.random``, ``json.codecs``).
-  Attributes that lead to code or object-graph access (``enum.bltns``, ``types``, ``gc``, ``io``,
-  ``codecs``...) are banned on every object, the others only on modules.
-- **Modules only as attribute bases:** a name bound to a module by an import may be used only as
-  ``module.attr``; ``m = json``, ``f(json)`` or ``[json]`` give ``banned:module_as_value``, so the
-  attribute rules cannot be dodged by aliasing a module to a variable.
-- **Strings:** a string or bytes constant containing a banned dunder name is rejected, which closes
-  ``operator.attrgetter('__class__')`` and ``'{0.__class__}'.format(x)``.
-- **getattr/setattr/delattr/hasattr:** allowed only as a direct call whose attribute name is a constant,
-  non-banned string (``getattr(obj, 'x', 0)``). A computed name (``getattr(__builtins__, 'ev' + 'al')``)
-  or passing ``getattr`` around as a value is rejected: string building could otherwise reach anything.
-
-This check is a filter that keeps the task distribution deterministic and cheap to run and rejects
-obvious abuse early with a clear reason; it is not the security boundary. Containment of untrusted
-code is the sandbox's job (separate processes with operating-system limits).
+The check also keeps the task distribution deterministic and cheap to run (no ``random``, ``time``,
+``id``, ``hash``).
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
+import json
 import re
-from dataclasses import dataclass
+import string
+import types
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 
 from populora.tasks.records import banned
 
-DEFAULT_ALLOWED_MODULES = (
-    "math",
-    "cmath",
-    "itertools",
-    "collections",
-    "functools",
-    "heapq",
-    "bisect",
-    "string",
-    "re",
-    "typing",
-    "dataclasses",
-    "operator",
-    "copy",
-    "fractions",
-    "decimal",
-    "statistics",
-    "enum",
-    "abc",
-    "numbers",
-    "array",
-    "textwrap",
-    "unicodedata",
-    "json",
-    "keyword",
-)
+MODULE_NAMES_FILE = "allowed_module_names.json"
+
+
+@lru_cache(maxsize=1)
+def _packaged_module_names() -> dict[str, dict]:
+    text = resources.files("populora.tasks").joinpath("data", MODULE_NAMES_FILE).read_text(encoding="utf-8")
+    return json.loads(text)["modules"]
+
+
+def default_module_names() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``((module, its allowed public names), ...)`` from the packaged list (a tuple: the config
+    stays hashable)."""
+    return tuple((m, tuple(v["names"])) for m, v in _packaged_module_names().items())
+
+
+def default_star_modules() -> tuple[str, ...]:
+    """Modules whose ``import *`` binds only allowed names."""
+    return tuple(m for m, v in _packaged_module_names().items() if v["star_import"])
+
+
+DEFAULT_ALLOWED_MODULES = tuple(m for m in _packaged_module_names() if "." not in m)
 
 DEFAULT_BANNED_NAMES = (
     # code execution and introspection of the interpreter
-    "eval",
-    "exec",
-    "compile",
-    "__import__",
-    "globals",
-    "locals",
-    "vars",
-    "breakpoint",
-    "help",
-    "exit",
-    "quit",
-    "copyright",
-    "credits",
-    "license",
+    "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint", "help",
+    "exit", "quit", "copyright", "credits", "license",
     # files and terminal I/O (print is allowed; its output is ignored)
-    "open",
-    "input",
+    "open", "input",
     # values that differ between processes
-    "id",
-    "hash",
-    # attribute access by computed name (constant names are checked in _check_call)
-    "getattr",
-    "setattr",
-    "delattr",
-    "hasattr",
-    # operator's attribute/method access by name
-    "attrgetter",
-    "methodcaller",
-    # evaluate annotation strings as code (typing.get_type_hints, singledispatch's register)
-    "get_type_hints",
-    "ForwardRef",
-    "singledispatch",
-    "singledispatchmethod",
-    # string.Formatter.get_field follows attribute paths given as (built) strings
-    "Formatter",
-)
+    "id", "hash",
+    # attribute access by computed name (constant names are checked in visit_Call)
+    "getattr", "setattr", "delattr", "hasattr",
+    # the string-to-attribute and string-to-code functions left out of the module allowlist, in
+    # case a program gets hold of one by another name (``from typing import *`` is refused anyway)
+    "attrgetter", "methodcaller", "get_type_hints", "ForwardRef", "singledispatch",
+    "singledispatchmethod", "Formatter", "update_wrapper", "wraps", "make_dataclass",
+)  # fmt: skip
 
+# Module names as attributes of any object (a module reached some other way): defence in depth
 DEFAULT_BANNED_ATTRIBUTES = (
-    # interpreter and process modules, reachable as attributes of allowed modules (dataclasses.sys)
-    "sys",
-    "os",
-    "builtins",
-    "inspect",
-    "importlib",
-    "subprocess",
-    "socket",
-    "shutil",
-    "ctypes",
-    "_thread",
-    "threading",
-    "multiprocessing",
-    "asyncio",
-    "pickle",
-    "marshal",
-    "posix",
-    "system",
-    "popen",
-    "bltns",  # enum's alias of builtins
-    "types",  # FunctionType/CodeType build code objects
-    "gc",  # get_objects / get_referrers reach every object
-    "codecs",
-    "io",
-    "signal",
-    "attrgetter",
-    "methodcaller",
-    "get_type_hints",
-    "ForwardRef",
-    "singledispatch",
-    "singledispatchmethod",
-    "Formatter",
-    "get_field",
-    # frames and code objects (generator/coroutine/traceback -> frame -> globals)
-    "gi_frame",
-    "gi_code",
-    "cr_frame",
-    "ag_frame",
-    "tb_frame",
-    "tb_next",
-    "f_back",
-    "f_globals",
-    "f_locals",
-    "f_builtins",
-    "f_code",
-    "co_code",
-)
+    "sys", "os", "builtins", "inspect", "importlib", "subprocess", "socket", "shutil", "ctypes",
+    "threading", "multiprocessing", "asyncio", "pickle", "marshal", "posix", "system", "popen",
+    "bltns", "types", "gc", "codecs", "io", "signal", "modules", "get_field", "format_field",
+    *DEFAULT_BANNED_NAMES[-11:],
+)  # fmt: skip
 
-# Banned only as attributes of an imported module (``statistics.random``), because as attributes of
-# the program's own objects they are ordinary names (``self.time``, ``clock.random``).
-DEFAULT_BANNED_MODULE_ATTRIBUTES = (
-    "random",
-    "time",
-    "datetime",
-    "modules",
-    "weakref",
-    "copyreg",
-    "contextlib",
-    "warnings",
-)
-
+# Dunder attributes a program may name and dunder methods a class may define: they give nothing an
+# ordinary call does not (comparisons, arithmetic, containers, conversion to text and numbers).
 DEFAULT_ALLOWED_DUNDERS = (
-    "__init__",
-    "__name__",
-    "__main__",
-    "__post_init__",
-    "__repr__",
-    "__str__",
-    "__eq__",
-    "__ne__",
-    "__lt__",
-    "__le__",
-    "__gt__",
-    "__ge__",
-    "__len__",
-    "__iter__",
-    "__next__",
-    "__contains__",
-    "__getitem__",
-    "__setitem__",
-    "__add__",
-    "__sub__",
-    "__mul__",
-    "__bool__",
-)
+    "__init__", "__name__", "__post_init__", "__repr__", "__str__", "__hash__", "__bool__",
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__len__", "__iter__", "__next__", "__reversed__", "__contains__", "__getitem__",
+    "__setitem__", "__delitem__", "__missing__", "__call__",
+    "__add__", "__sub__", "__mul__", "__matmul__", "__truediv__", "__floordiv__", "__mod__",
+    "__divmod__", "__pow__", "__lshift__", "__rshift__", "__and__", "__or__", "__xor__",
+    "__radd__", "__rsub__", "__rmul__", "__rmatmul__", "__rtruediv__", "__rfloordiv__",
+    "__rmod__", "__rpow__", "__rand__", "__ror__", "__rxor__",
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__",
+    "__iand__", "__ior__", "__ixor__",
+    "__neg__", "__pos__", "__abs__", "__invert__", "__int__", "__float__", "__index__",
+    "__round__", "__floor__", "__ceil__", "__trunc__",
+)  # fmt: skip
 
+_HARMLESS_INTERPRETER_ATTRIBUTES = {"send", "throw", "close", "aclose", "asend", "athrow", "clear", "replace"}
+
+
+@lru_cache(maxsize=1)
+def interpreter_attributes() -> frozenset[str]:
+    """Public attributes of frames, code, tracebacks, generators, coroutines, cells and functions of
+    the running interpreter (``gi_frame``, ``f_globals``, ``co_code``...), read from the types."""
+    kinds = (
+        types.FrameType, types.CodeType, types.TracebackType, types.GeneratorType, types.CoroutineType,
+        types.AsyncGeneratorType, types.CellType, types.FunctionType, types.MethodType,
+        types.BuiltinFunctionType,
+    )  # fmt: skip
+    names = {n for kind in kinds for n in dir(kind) if not n.startswith("_")}
+    return frozenset(names - _HARMLESS_INTERPRETER_ATTRIBUTES)
+
+
+SELF_MATCHING = frozenset(
+    {"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str", "tuple"}
+)
 _ATTR_BY_NAME = ("getattr", "setattr", "delattr", "hasattr")
 _DUNDER = re.compile(r"__\w+__")
+_ALLOWED_DUNDER_NAMES = frozenset({"__name__", "__slots__"})  # as plain names (not attributes)
+_ALLOWED_DUNDER_STRINGS = _ALLOWED_DUNDER_NAMES | {"__main__"}  # in string constants
 
 
 @dataclass(frozen=True)
@@ -212,41 +154,74 @@ class SafetyConfig:
     allowed_modules: tuple[str, ...] = DEFAULT_ALLOWED_MODULES
     banned_names: tuple[str, ...] = DEFAULT_BANNED_NAMES
     banned_attributes: tuple[str, ...] = DEFAULT_BANNED_ATTRIBUTES
-    banned_module_attributes: tuple[str, ...] = DEFAULT_BANNED_MODULE_ATTRIBUTES
     allowed_dunders: tuple[str, ...] = DEFAULT_ALLOWED_DUNDERS
-    allow_getattr_constant: bool = True  # getattr(obj, 'name') with a constant, non-banned name
+    allow_getattr_constant: bool = True  # getattr(obj, 'name') with a constant, allowed name
+    module_names: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=default_module_names)
+    star_modules: tuple[str, ...] = field(default_factory=default_star_modules)
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, cfg: SafetyConfig) -> None:
+    def __init__(self, cfg: SafetyConfig, tree: ast.AST) -> None:
         self.cfg = cfg
         self.allowed_modules = frozenset(cfg.allowed_modules)
         self.banned_names = frozenset(cfg.banned_names)
-        self.banned_attributes = frozenset(cfg.banned_attributes)
-        self.banned_module_attributes = frozenset(cfg.banned_module_attributes)
+        self.banned_attributes = frozenset(cfg.banned_attributes) | interpreter_attributes()
         self.allowed_dunders = frozenset(cfg.allowed_dunders)
-        self.module_aliases: set[str] = set()
-        self.approved_calls: set[int] = set()  # ids of Name nodes approved as getattr(obj, 'const')
-        self.module_names: set[str] = set()  # names bound to module objects by an import
-        self.module_bases: set[int] = set()  # ids of Name nodes used as ``module.attr``
+        self.module_names = {m: frozenset(names) for m, names in cfg.module_names}
         self.finding: str | None = None
+        self.approved_calls: set[int] = set()  # Name nodes approved as getattr(obj, 'const')
+        self.module_bases: set[int] = set()  # Name nodes used as ``module.attr``
+        self.format_receivers: set[int] = set()  # Constant nodes used as ``'...'.format``
+        self.modules: dict[str, str] = {}  # name bound by an import -> the module it is
+        self.bound: dict[str, list[ast.AST]] = {}  # every binding of a name (for match patterns)
+        for node in ast.walk(tree):  # imports first: a function may use a module imported later
+            self._collect(node)
 
     def flag(self, name: str) -> None:
         if self.finding is None:
             self.finding = banned(name)
 
+    def _collect(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                bound = a.asname or a.name.split(".")[0]
+                self.modules[bound] = a.name if a.asname else a.name.split(".")[0]
+                self.bound.setdefault(bound, []).append(node)
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if a.name != "*":
+                    full = f"{node.module}.{a.name}"
+                    if not node.level and full in self.module_names:  # a submodule
+                        self.modules[a.asname or a.name] = full
+                    self.bound.setdefault(a.asname or a.name, []).append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.bound.setdefault(node.name, []).append(node)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            self.bound.setdefault(node.id, []).append(node)
+        elif isinstance(node, ast.arg):
+            self.bound.setdefault(node.arg, []).append(node)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            self.bound.setdefault(node.name, []).append(node)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            self.bound.setdefault(node.rest, []).append(node)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            self.bound.setdefault(node.name, []).append(node)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                self.bound.setdefault(name, []).append(node)
+
     # --- names ---------------------------------------------------------------------------------
     def check_name(self, name: str) -> None:
         if name in self.banned_names:
             self.flag(name)
-        elif _DUNDER.fullmatch(name) and name != "__name__":
+        elif _DUNDER.fullmatch(name) and name not in _ALLOWED_DUNDER_NAMES:
             self.flag(name)
 
     def visit_Name(self, node: ast.Name) -> None:
         if id(node) in self.approved_calls:
             return
         self.check_name(node.id)
-        if node.id in self.module_names and id(node) not in self.module_bases:
+        if node.id in self.modules and id(node) not in self.module_bases:
             self.flag("module_as_value")  # m = json; m.codecs would escape the attribute rules
 
     def visit_arg(self, node: ast.arg) -> None:
@@ -254,8 +229,11 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        if node.name in self.banned_names:
-            self.flag(node.name)
+        if _DUNDER.fullmatch(node.name):
+            if node.name not in self.allowed_dunders:
+                self.flag(node.name)  # user-defined dunder methods: the allowlist only
+        else:
+            self.check_name(node.name)
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -289,44 +267,73 @@ class _Checker(ast.NodeVisitor):
             self.check_name(node.rest)
         self.generic_visit(node)
 
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        for attr in node.kwd_attrs:  # case C(name=...): an attribute lookup by that name
+            self.check_attribute_name(attr)
+        if node.patterns and not self._positional_patterns_safe(node.cls):
+            self.flag("match_positional")
+        self.generic_visit(node)
+
+    def _positional_patterns_safe(self, cls: ast.expr) -> bool:
+        if not isinstance(cls, ast.Name):
+            return False
+        bindings = self.bound.get(cls.id, [])
+        if not bindings:
+            return cls.id in SELF_MATCHING  # a built-in type the program never rebinds
+        if len(bindings) != 1 or not isinstance(bindings[0], ast.ClassDef):
+            return False
+        node = bindings[0]
+        own_dataclass = any(
+            (isinstance(d, ast.Name) and d.id == "dataclass")
+            or (isinstance(d, ast.Attribute) and d.attr == "dataclass")
+            or (isinstance(d, ast.Call) and not d.keywords and _named(d.func, "dataclass"))
+            for d in node.decorator_list
+        )
+        fields_public = all(
+            not (
+                isinstance(s, ast.AnnAssign)
+                and isinstance(s.target, ast.Name)
+                and s.target.id.startswith("_")
+            )
+            for s in node.body
+        )
+        return own_dataclass and not node.bases and not node.keywords and fields_public
+
     # --- imports -------------------------------------------------------------------------------
     def check_module(self, module: str) -> None:
         root = module.split(".")[0]
         if root not in self.allowed_modules:
             self.flag(root)
-        for part in module.split(".")[1:]:
-            if part.startswith("_"):
-                self.flag(part)
+        elif module not in self.module_names:
+            self.flag(module.split(".")[-1])  # a submodule outside the allowlist (or private)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self.check_module(alias.name)
-            bound = alias.asname or alias.name.split(".")[0]
-            self.check_name(bound)
-            self.module_aliases.add(bound)
+            self.check_name(alias.asname or alias.name.split(".")[0])
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
             self.flag("relative_import")
             return
-        self.check_module(node.module or "")
+        module = node.module or ""
+        self.check_module(module)
+        if self.finding is not None:
+            return
         for alias in node.names:
             if alias.name == "*":
-                continue  # the module itself is allowlisted; its public names are what it offers
-            if (
-                alias.name.startswith("_")
-                or alias.name in self.banned_attributes
-                or alias.name in self.banned_module_attributes
-            ):
+                if module not in self.cfg.star_modules:
+                    self.flag("import_star")  # it would bind names outside the allowlist
+                continue
+            if alias.name not in self.module_names.get(module, ()):
                 self.flag(alias.name)
             self.check_name(alias.name)
             if alias.asname:
                 self.check_name(alias.asname)
-            self.module_aliases.add(alias.asname or alias.name)  # may be a submodule
 
     # --- attributes and strings ------------------------------------------------------------------
     def check_attribute_name(self, attr: str) -> bool:
-        if _DUNDER.fullmatch(attr):
+        if attr.startswith("_"):
             if attr not in self.allowed_dunders:
                 self.flag(attr)
                 return False
@@ -335,26 +342,43 @@ class _Checker(ast.NodeVisitor):
             return False
         return True
 
+    def _module_path(self, node: ast.expr) -> str | None:
+        """``typing.collections`` -> the module that expression names, if it names one."""
+        if isinstance(node, ast.Name):
+            return self.modules.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = self._module_path(node.value)
+            if base is not None and f"{base}.{node.attr}" in self.module_names:
+                return f"{base}.{node.attr}"
+        return None
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.value, ast.Name):
             self.module_bases.add(id(node.value))
+        if node.attr in ("format", "format_map"):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                self.format_receivers.add(id(node.value))
+            else:
+                self.flag(node.attr)  # a format string built at run time could name any attribute
         self.generic_visit(node)  # inner accesses first: x.__class__.__bases__ reports __class__
-        self.check_attribute_name(node.attr)
-        root = node.value
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        if isinstance(root, ast.Name) and root.id in self.module_aliases:
-            if node.attr.startswith("_") or node.attr in self.banned_module_attributes:
-                self.flag(node.attr)
+        if not self.check_attribute_name(node.attr):
+            return
+        module = self._module_path(node.value)
+        if module is not None and node.attr not in self.module_names.get(module, ()):
+            self.flag(node.attr)  # only the allowlisted public names of an allowed module
 
     def visit_Constant(self, node: ast.Constant) -> None:
         value = node.value
         if isinstance(value, bytes):
             value = value.decode("latin-1")
-        if isinstance(value, str):
-            for m in _DUNDER.finditer(value):
-                if m.group(0) not in self.allowed_dunders and m.group(0) != "__name__":
-                    self.flag(m.group(0))
+        if not isinstance(value, str):
+            return
+        for m in _DUNDER.finditer(value):
+            if m.group(0) not in self.allowed_dunders and m.group(0) not in _ALLOWED_DUNDER_STRINGS:
+                self.flag(m.group(0))
+        if "{" in value:
+            for attr in format_field_attributes(value):
+                self.check_attribute_name(attr)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
@@ -373,14 +397,31 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def _is_allowed_submodule(package: str, name: str, cfg: SafetyConfig) -> bool:
-    """Whether ``from package import name`` binds a module (only asked for allowlisted packages)."""
-    if package.split(".")[0] not in cfg.allowed_modules:
-        return False
+def _named(node: ast.expr, name: str) -> bool:
+    return (isinstance(node, ast.Name) and node.id == name) or (
+        isinstance(node, ast.Attribute) and node.attr == name
+    )
+
+
+_FIELD_PART = re.compile(r"\.([^.\[]*)|\[([^\]]*)\]")
+
+
+def format_field_attributes(text: str, depth: int = 0) -> list[str]:
+    """Attribute names in the replacement fields of ``text`` read as a ``str.format`` string
+    (``'{0.a.b[1]}'`` -> ``['a', 'b']``), nested fields of format specs included. A string that is
+    not a valid format string gives none (``.format`` on it raises)."""
     try:
-        return importlib.util.find_spec(f"{package}.{name}") is not None
-    except (ImportError, ValueError, AttributeError):
-        return False
+        parsed = list(string.Formatter().parse(text))
+    except (ValueError, TypeError):
+        return []
+    attrs: list[str] = []
+    for _, field_name, spec, _ in parsed:
+        if field_name:
+            head = re.match(r"[^.\[]*", field_name).end()
+            attrs += [m.group(1) for m in _FIELD_PART.finditer(field_name, head) if m.group(1) is not None]
+        if spec and "{" in spec and depth < 2:
+            attrs += format_field_attributes(spec, depth + 1)
+    return attrs
 
 
 def check_program(program: str | ast.AST, cfg: SafetyConfig | None = None) -> str | None:
@@ -395,22 +436,8 @@ def check_program(program: str | ast.AST, cfg: SafetyConfig | None = None) -> st
             program = ast.parse(program)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return "syntax_error"
-    checker = _Checker(cfg)
     try:
-        for node in ast.walk(program):  # module aliases first: a function may use one imported later
-            if isinstance(node, ast.Import):
-                names = [a.asname or a.name.split(".")[0] for a in node.names]
-                checker.module_aliases.update(names)
-                checker.module_names.update(names)
-            elif isinstance(node, ast.ImportFrom):
-                checker.module_aliases.update(a.asname or a.name for a in node.names if a.name != "*")
-                checker.module_names.update(
-                    a.asname or a.name
-                    for a in node.names
-                    if a.name != "*"
-                    and not node.level
-                    and _is_allowed_submodule(node.module or "", a.name, cfg)
-                )
+        checker = _Checker(cfg, program)
         checker.visit(program)
     except RecursionError:
         return banned("nesting_depth")  # too deep to check is too deep to accept

@@ -1,5 +1,5 @@
-# attack: replace the child by /bin/sh with os.execv (allowed: the shell inherits every limit)
-# expect: crashed crashed:exit_2
+# attack: replace the child by /bin/sh with os.execv (full mode: no shell in the view; elsewhere it inherits every limit)
+# expect: error runtime_error:FileNotFoundError|crashed crashed:exit_2
 # calls: ["0"]
 # ruff: noqa
 import os

@@ -1,5 +1,5 @@
 # attack: hard-link a system file into the work directory
-# expect: error runtime_error:OSError|runtime_error:PermissionError
+# expect: error runtime_error:OSError|runtime_error:PermissionError|runtime_error:FileNotFoundError
 # calls: ["0"]
 # ruff: noqa
 import os

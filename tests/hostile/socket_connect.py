@@ -1,5 +1,5 @@
 # attack: open a TCP connection to the internet
-# expect: error runtime_error:OSError|runtime_error:ConnectionRefusedError
+# expect: error runtime_error:PermissionError|runtime_error:OSError|runtime_error:ConnectionRefusedError
 # calls: ["0"]
 # ruff: noqa
 import socket

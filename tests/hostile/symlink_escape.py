@@ -1,5 +1,5 @@
 # attack: symlink the work directory to /tmp and write through it
-# expect: error runtime_error:OSError|runtime_error:PermissionError
+# expect: error runtime_error:OSError|runtime_error:PermissionError|runtime_error:FileNotFoundError
 # calls: ["0"]
 # ruff: noqa
 import os

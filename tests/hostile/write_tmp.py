@@ -1,5 +1,5 @@
 # attack: write a file in /tmp
-# expect: error runtime_error:OSError|runtime_error:PermissionError
+# expect: error runtime_error:OSError|runtime_error:PermissionError|runtime_error:FileNotFoundError
 # calls: ["0"]
 # ruff: noqa
 def f(x):

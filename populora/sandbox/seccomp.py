@@ -1,0 +1,166 @@
+"""The seccomp filter of sandbox children: which system calls a program may not make.
+
+The filter is compiled once, in the caller, by libseccomp (through ``pyseccomp``, a small ctypes
+binding to the system's ``libseccomp.so.2`` with the API of libseccomp's own Python bindings).
+libseccomp is used rather than hand-written BPF because it knows each architecture's system-call
+numbers, rejects calls made through a foreign ABI (x32, i386 ``int 0x80``) and lays the
+argument comparisons out correctly; that is exactly the part that is easy to get wrong by hand.
+The Debian package ``python3-seccomp`` would bind only the system Python, not a virtual
+environment; ``pyseccomp`` is pure Python and installs anywhere ``libseccomp.so.2`` exists
+(on Debian it comes with the base system: ``apt`` depends on it).
+
+The compiled program (raw BPF, a few hundred bytes) is handed to the fork servers, which stay
+standard-library only; each child loads it with one ``prctl`` after ``no_new_privs`` and before the
+program runs (``isolation.load_seccomp``). Where libseccomp or the kernel's seccomp is missing the
+sandbox runs without the filter and says so in ``Sandbox.report["seccomp"]``.
+
+The policy is a deny list on top of "allow": an allow list of the system calls CPython may make
+would break with each Python and libc release. Every entry says what it stops. Denied calls fail
+with ``EPERM`` (``clone3`` with ``ENOSYS``, so that libc falls back to ``clone``, whose flags a
+filter can inspect); calls of another architecture's ABI kill the process.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import tempfile
+
+# name -> what allowing it would give a program
+DENIED = {
+    # kernel keyrings outlive the process and are shared per uid (and readable by "possession")
+    "add_key": "keys that outlive the program, readable by the next one",
+    "keyctl": "reading or linking keyrings (the session keyring is inherited)",
+    "request_key": "keys that outlive the program",
+    # other processes' memory and state
+    "ptrace": "tracing another process",
+    "process_vm_readv": "reading another process's memory",
+    "process_vm_writev": "writing another process's memory",
+    "pidfd_getfd": "stealing another process's file descriptors",
+    "kcmp": "probing other processes' kernel objects",
+    # mounts and namespaces (the view of the file system and the kernel objects it names)
+    "mount": "mounting file systems",
+    "umount2": "unmounting the sandbox's mounts",
+    "pivot_root": "changing the root",
+    "chroot": "changing the root",
+    "move_mount": "the new mount API",
+    "open_tree": "the new mount API",
+    "fsopen": "the new mount API",
+    "fsconfig": "the new mount API",
+    "fsmount": "the new mount API",
+    "fspick": "the new mount API",
+    "mount_setattr": "the new mount API",
+    "unshare": "new namespaces, user namespaces above all (kernel attack surface)",
+    "setns": "entering other namespaces",
+    # kernel attack surface that no task needs
+    "bpf": "loading BPF programs",
+    "perf_event_open": "performance counters (side channels, kernel attack surface)",
+    "userfaultfd": "stalling the kernel on page faults (exploit primitive)",
+    "io_uring_setup": "io_uring, which performs I/O that seccomp never sees",
+    "io_uring_enter": "io_uring",
+    "io_uring_register": "io_uring",
+    "kexec_load": "replacing the kernel",
+    "kexec_file_load": "replacing the kernel",
+    "init_module": "loading kernel modules",
+    "finit_module": "loading kernel modules",
+    "delete_module": "unloading kernel modules",
+    "syslog": "reading the kernel log",
+    "acct": "process accounting",
+    "swapon": "swap",
+    "swapoff": "swap",
+    "reboot": "reboot",
+    "quotactl": "quotas",
+    "name_to_handle_at": "file handles (escape a mount by handle)",
+    "open_by_handle_at": "file handles (escape a mount by handle)",
+    "fanotify_init": "watching the file system",
+    "modify_ldt": "segment descriptors (exploit primitive)",
+    "uselib": "an obsolete loader",
+    "personality": "legacy personalities (READ_IMPLIES_EXEC...)",
+    # System V IPC and POSIX message queues: objects that outlive the program and its memory limit
+    "shmget": "shared memory that outlives the program and its address-space limit",
+    "shmat": "System V shared memory",
+    "shmdt": "System V shared memory",
+    "shmctl": "System V shared memory",
+    "msgget": "message queues that outlive the program",
+    "msgsnd": "System V message queues",
+    "msgrcv": "System V message queues",
+    "msgctl": "System V message queues",
+    "semget": "semaphores that outlive the program",
+    "semop": "System V semaphores",
+    "semtimedop": "System V semaphores",
+    "semctl": "System V semaphores",
+    "mq_open": "POSIX message queues",
+}
+
+AF_UNIX = 1
+# clone() flags that create namespaces (the filter checks clone's first argument, flags, on x86-64
+# and arm64 alike); clone3 passes its flags in memory, out of a filter's reach, so it is refused
+# with ENOSYS and libc falls back to clone.
+CLONE_NAMESPACE_FLAGS = {
+    "CLONE_NEWNS": 0x00020000,
+    "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000,
+    "CLONE_NEWTIME": 0x00000080,
+}
+
+
+class SeccompUnavailable(RuntimeError):
+    """libseccomp (or its binding) is missing, or it could not compile the filter."""
+
+
+@functools.lru_cache(maxsize=1)
+def compile_filter() -> tuple[bytes, tuple[str, ...]]:
+    """(raw BPF program of the children's filter, names libseccomp did not know and skipped).
+
+    Raises ``SeccompUnavailable`` when the filter cannot be built on this machine.
+    """
+    try:
+        import pyseccomp as sc
+    except (ImportError, OSError) as exc:  # OSError: libseccomp.so.2 not found by the binding
+        raise SeccompUnavailable(f"pyseccomp/libseccomp not available: {exc}") from None
+    try:
+        filt = sc.SyscallFilter(sc.ALLOW)  # bad architecture -> KILL (libseccomp's default)
+        try:  # a binary tree of the call numbers instead of a chain: the kernel runs the filter over
+            filt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)  # every call number when it is loaded (its cache)
+        except (OSError, ValueError, RuntimeError):
+            pass  # libseccomp older than 2.5: the chain works the same, a little slower to load
+        eperm = sc.ERRNO(errno.EPERM)
+        unknown = []
+
+        def deny(name: str, *args, action=eperm) -> None:
+            try:
+                sc.resolve_syscall(sc.Arch.NATIVE, name)
+            except (ValueError, OSError, RuntimeError):
+                unknown.append(name)  # not a system call of this architecture
+                return
+            filt.add_rule(action, name, *args)
+
+        for name in DENIED:
+            deny(name)
+        for name in ("socket", "socketpair"):  # AF_UNIX only: no IP, no vsock, no netlink...
+            deny(name, sc.Arg(0, sc.NE, AF_UNIX))
+        for flag in CLONE_NAMESPACE_FLAGS.values():
+            deny("clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+        deny("clone3", action=sc.ERRNO(errno.ENOSYS))
+        with tempfile.TemporaryFile() as fh:
+            filt.export_bpf(fh)
+            fh.seek(0)
+            bpf = fh.read()
+    except (OSError, ValueError, RuntimeError, AttributeError) as exc:
+        raise SeccompUnavailable(f"libseccomp could not build the filter: {exc}") from None
+    if not bpf or len(bpf) % 8:
+        raise SeccompUnavailable(f"libseccomp exported {len(bpf)} bytes, not a BPF program")
+    return bpf, tuple(unknown)
+
+
+def filter_for_servers() -> dict:
+    """What the fork servers need: ``{"bpf": hex, "unknown": [...]}``, or ``{"unavailable": why}``."""
+    try:
+        bpf, unknown = compile_filter()
+    except SeccompUnavailable as exc:
+        return {"unavailable": str(exc)}
+    return {"bpf": bpf.hex(), "unknown": list(unknown)}

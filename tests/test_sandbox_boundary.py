@@ -1,0 +1,245 @@
+"""The sandbox as the security boundary: what one program leaves behind never reaches the next.
+
+Each test runs an attack and then honest programs on the SAME fork server (one lane, one replica),
+the situation in which the old sandbox failed: a deep tree broke cleanup, System V objects and keys
+outlived the program, other jobs of a chunk sat in the server's memory. No AST filter is involved.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+
+import pytest
+from test_sandbox_hostile import isolation_mode, load_corpus
+
+from populora.sandbox import Program, Sandbox, SandboxLimits
+from populora.sandbox.results import MAX_DETAIL, is_sandbox_reason
+
+HONEST = Program("def f(a):\n    return sorted(a)", calls=("[3, 1, 2]",))
+LIMITS = SandboxLimits(wall_seconds=10.0, cpu_seconds=8, memory_mb=256)
+
+
+def corpus_program(name: str) -> Program:
+    for stem, program, _, _ in load_corpus():
+        if stem == name:
+            return program
+    raise KeyError(name)
+
+
+def needs_full():
+    if isolation_mode() != "full":
+        pytest.skip(f"needs full isolation (root with namespaces), not {isolation_mode()!r}")
+
+
+def assert_honest_after(box: Sandbox, n: int = 30) -> None:
+    outs = box.run_many([HONEST] * n)
+    assert [o.values for o in outs] == [["[1, 2, 3]"]] * n, {o.reason for o in outs}
+
+
+def ctypes_program(body: str) -> Program:
+    return Program(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\ndef f(x):\n" + body, calls=("0",)
+    )
+
+
+# --- item 1: a deep tree and an inode flood ---------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["full", "uid"])
+def test_deep_tree_then_honest_programs_and_a_clean_close(mode):
+    if os.geteuid() != 0 or (mode == "full" and isolation_mode() != "full"):
+        pytest.skip(f"{mode} isolation needs root (and namespaces for full)")
+    attack = corpus_program("deep_tree_inode_flood")
+    # uid mode has no inode limit (the work directory is on the host's file system): a short wall
+    # limit keeps the flood, and its removal, small
+    limits = LIMITS if mode == "full" else SandboxLimits(wall_seconds=2.0, cpu_seconds=2, memory_mb=256)
+    box = Sandbox(limits=limits, workers=1, isolation=mode)
+    try:
+        out = box.run(attack)
+        assert out.reason == "runtime_error:OSError" or out.status == "timeout", out
+        # the next program finds an empty work directory and nothing at a predictable path
+        probe = box.run(
+            Program(
+                "import os\ndef f(x):\n    return [os.listdir('.'), os.path.exists('d')]",
+                calls=("0",),
+            )
+        )
+        listing, leftover = eval(probe.values[0])
+        assert listing == [] and leftover is False
+        assert_honest_after(box)
+        scratch = box.scratch
+        assert [p.name for p in scratch.iterdir() if not p.name.endswith(".log")] == []
+    finally:
+        box.close()  # never raises (it did: RecursionError from a recursive rmtree)
+    assert not scratch.exists()
+
+
+# --- item 2: System V IPC ---------------------------------------------------------------------
+MSGQUEUE_BOMB = """
+    qid = libc.msgget(0x5EED, 0)          # what an earlier program left under the key, if anything
+    found = (qid, ctypes.get_errno())
+    mine = libc.msgget(0x5EED, 0o1000 | 0o666)
+    if mine >= 0:
+        libc.msgsnd(mine, ctypes.create_string_buffer(b"\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00bomb"), 4, 0)
+    return found
+"""
+SHM_HOARD = """
+    ids = []
+    for key in range(0x5EE0, 0x5EE4):    # 4 x 64 MiB touched, detached, left behind (memory_mb=128)
+        shmid = libc.shmget(key, 64 << 20, 0o1000 | 0o600)
+        if shmid < 0:
+            return ('denied', ctypes.get_errno())
+        libc.shmat.restype = ctypes.c_void_p
+        addr = libc.shmat(shmid, None, 0)
+        ctypes.memset(addr, 1, 64 << 20)
+        libc.shmdt(ctypes.c_void_p(addr))
+        ids.append(shmid)
+    return ('held', len(ids))
+"""
+SHM_LEFT = """
+    left = [libc.shmget(key, 0, 0) for key in range(0x5EE0, 0x5EE4)]
+    return [(shmid, ctypes.get_errno()) for shmid in left][-1:] + [sum(s >= 0 for s in left)]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("without", [(), ("seccomp",)], ids=["seccomp", "ipc-namespace-alone"])
+def test_sysv_ipc_dies_with_each_program(without):
+    """With the filter the calls are refused; without it the per-program IPC namespace still holds."""
+    needs_full()
+    limits = SandboxLimits(wall_seconds=10.0, cpu_seconds=8, memory_mb=128)
+    with Sandbox(limits=limits, workers=1, without=without) as box:
+        first, second = box.run_many([ctypes_program(MSGQUEUE_BOMB), ctypes_program(MSGQUEUE_BOMB)])
+        assert first.ok and second.ok, (first, second)
+        # same answer on a fresh and on a used server: the time bomb finds nothing
+        assert first.values == second.values
+        errno_seen = eval(second.values[0])[1]
+        assert errno_seen == (1 if not without else 2)  # EPERM (filter) or ENOENT (fresh namespace)
+        hoard = box.run(ctypes_program(SHM_HOARD))
+        assert hoard.ok, hoard
+        if without:
+            assert eval(hoard.values[0]) == ("held", 4)  # 256 MiB over a 128 MiB limit, while it ran
+            after = box.run(ctypes_program(SHM_LEFT))
+            assert after.values == ["[(-1, 2), 0]"]  # ENOENT: gone with the program's namespace
+        else:
+            assert eval(hoard.values[0]) == ("denied", 1)
+        assert_honest_after(box)
+
+
+# --- item 3: keyrings -------------------------------------------------------------------------
+ADD_KEY = """
+    libc.syscall.restype = ctypes.c_long
+    made = libc.syscall(ctypes.c_long(248), b"user", b"populora_pwned", b"x", ctypes.c_long(1), ctypes.c_long(-4))
+    made_errno = ctypes.get_errno()
+    found = libc.syscall(ctypes.c_long(250), ctypes.c_long(10), ctypes.c_long(-4), b"user", b"populora_pwned", ctypes.c_long(0))
+    return [(made, made_errno), (found, ctypes.get_errno())]
+"""
+
+
+@pytest.mark.slow
+def test_keyrings_are_out_of_reach():
+    needs_full()
+    with Sandbox(limits=LIMITS, workers=1) as box:
+        if box.report.get("seccomp") != "loaded in every child":
+            pytest.skip(f"keyrings are closed by the seccomp filter only: {box.report.get('seccomp')}")
+        first, second = box.run_many([ctypes_program(ADD_KEY)] * 2)
+        assert first.values == second.values == ["[(-1, 1), (-1, 1)]"]
+        assert_honest_after(box)
+    keys = subprocess.run(["cat", "/proc/keys"], capture_output=True, text=True).stdout
+    assert "populora_pwned" not in keys
+
+
+# --- item 4: address families -----------------------------------------------------------------
+def test_only_unix_sockets():
+    needs_full()
+    with Sandbox(limits=LIMITS, workers=1) as box:
+        if box.report.get("seccomp") != "loaded in every child":
+            pytest.skip(f"address families are closed by the seccomp filter: {box.report.get('seccomp')}")
+        out = box.run(corpus_program("socket_families"))
+        assert out.ok and "('AF_VSOCK', 1)" in out.values[0] and "('AF_UNIX', 'ok')" in out.values[0], out
+        assert_honest_after(box, 5)
+
+
+# --- item 5: other jobs' programs and inputs ----------------------------------------------------
+SCAN = """
+import ctypes, re, sys
+OWN = 'OWNMARK' + '{own}'
+def f(x):
+    needle = ('VICTIM' + 'SECRET').encode()
+    own_needle = ('OWN' + 'MARK').encode()
+    found, own_found = set(), set()
+    with open('/proc/self/maps') as maps:   # every anonymous, heap and stack page of the child
+        regions = [line.split() for line in maps]
+    for fields in regions:
+        if 'r' not in fields[1] or (len(fields) > 5 and fields[5] not in ('[heap]', '[stack]')):
+            continue
+        lo, hi = (int(v, 16) for v in fields[0].split('-'))
+        data = ctypes.string_at(lo, hi - lo)
+        for pattern, out in ((needle, found), (own_needle, own_found)):
+            for m in re.finditer(re.escape(pattern) + rb'([0-9a-f]{{32}})', data):
+                out.add(m.group(1).decode())
+        del data
+    frame = sys._getframe()
+    while frame is not None:             # and everything the frames up to the server hold
+        for value in frame.f_locals.values():
+            for m in re.finditer('VICTIMSECRET([0-9a-f]{{32}})', repr(value)[:10**6]):
+                found.add(m.group(1))
+        frame = frame.f_back
+    return [sorted(found), sorted(own_found)]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim_first", [False, True], ids=["victim-later-in-chunk", "victim-earlier"])
+def test_no_other_job_in_a_childs_memory(victim_first):
+    needs_full()
+    own, secret = secrets.token_hex(16), secrets.token_hex(16)
+    victim = Program(
+        f"# VICTIMSECRET{secret}\ndef f(s):\n    return len(s)", calls=(f"'VICTIMSECRET{secret}'",)
+    )
+    attacker = Program(SCAN.format(own=own), calls=("0",))
+    pair = [victim, attacker] if victim_first else [attacker, victim]
+    with Sandbox(limits=LIMITS, workers=1) as box:
+        outs = box.run_many(pair + [HONEST] * 30)  # >= 8 programs: the pair shares one chunk
+        scan = outs[pair.index(attacker)]
+        assert scan.ok, scan
+        found, own_found = eval(scan.values[0])
+        assert own in own_found  # the scan works: it finds the attacker's own program text
+        assert secret not in found
+        assert all(o.ok for o in outs), {o.reason for o in outs}
+
+
+# --- item 6: reasons and details ----------------------------------------------------------------
+def test_reasons_are_a_fixed_grammar_and_details_are_bounded():
+    needs_full()
+    with Sandbox(limits=LIMITS, workers=1) as box:
+        forged, noisy = box.run_many(
+            [corpus_program("forge_unbounded_reason"), corpus_program("control_chars_in_detail")]
+        )
+    assert forged.reason == "crashed:bad_result" and len(forged.detail) <= MAX_DETAIL
+    assert noisy.reason == "runtime_error:ValueError"
+    assert len(noisy.detail) <= MAX_DETAIL and noisy.detail.isprintable() and "\x1b" not in noisy.detail
+    assert all(is_sandbox_reason(o.reason) for o in (forged, noisy))
+
+
+# --- a server that cannot repair itself is replaced ---------------------------------------------
+def test_retiring_server_is_replaced(monkeypatch):
+    from populora.sandbox import executor
+
+    receive = executor._Server.receive
+    calls = {"n": 0}
+
+    def damaged_once(self, job, timeout):
+        answer, res, out = receive(self, job, timeout)
+        calls["n"] += 1
+        if calls["n"] == 2:  # as a server does when its scratch cannot be removed
+            answer["retire"] = "the work directory could not be removed"
+        return answer, res, out
+
+    monkeypatch.setattr(executor._Server, "receive", damaged_once)
+    with Sandbox(limits=LIMITS, workers=1) as box:
+        before = set(box.server_pids())
+        outs = box.run_many([HONEST] * 12)
+        assert all(o.ok for o in outs), {o.reason for o in outs}
+        assert not before & set(box.server_pids())  # the first server was closed and replaced
