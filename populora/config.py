@@ -27,8 +27,8 @@ from populora.population.ratings import RatingConfig
 from populora.renamed_keys import migrate_mapping, migrate_overrides
 from populora.rl.config import RLConfig
 from populora.sandbox.api import SandboxLimits
+from populora.tasks.kinds import default_kind_names, kind_names
 
-TASK_TYPES = ("code_o", "code_i", "code_f")
 __all__ = ["Config", "ConfigError", "load_config"]
 
 
@@ -47,7 +47,7 @@ class PopulationConfig:
 
 @dataclass
 class TaskEnvConfig:
-    types: list[str] = field(default_factory=lambda: list(TASK_TYPES))
+    types: list[str] = field(default_factory=lambda: list(default_kind_names()))  # AZR's three
     references: int = 6  # K reference tasks shown in each teacher prompt
     buffer_capacity: int = 512  # per task type
     code_f_inputs: int = 10
@@ -55,6 +55,8 @@ class TaskEnvConfig:
     max_output_chars: int = 1000
     # chat: the tokenizer's chat template | r1: AZR's plain R1 wrapper (<think> ... <answer> ...)
     prompt_style: str = "chat"
+    # azr: AZR's own prompt templates, verbatim (the default) | compact: ours, short, for small models
+    templates: str = "azr"
     teacher_reward: str = "populora"  # populora (0 for rho in {0,1}) | azr (-0.5 for valid but unlearnable)
     # False: completions without <answer> tags are read whole (fenced blocks still required). For
     # small models that write code blocks but ignore the tags (SmolLM2-135M in the CPU demo).
@@ -198,6 +200,7 @@ def validate(cfg: Config) -> None:
     """Cross-field checks that the types alone cannot express. Raises ConfigError naming the key."""
     p, t, s = cfg.population, cfg.tasks, cfg.selfplay
     _need(t.prompt_style in ("chat", "r1"), "tasks.prompt_style", f"must be 'chat' or 'r1', got {t.prompt_style!r}")
+    _need(t.templates in ("azr", "compact"), "tasks.templates", f"must be 'azr' or 'compact', got {t.templates!r}")
     _need(p.teachers >= 1, "population.teachers", f"must be >= 1, got {p.teachers}")
     _need(p.students >= 1, "population.students", f"must be >= 1, got {p.students}")
     if p.baseline:
@@ -206,8 +209,8 @@ def validate(cfg: Config) -> None:
             "population.baseline",
             "the single-agent baseline has exactly one adapter: set population.teachers=1 population.students=1",
         )
-    bad_types = [x for x in t.types if x not in TASK_TYPES]
-    _need(not bad_types and len(t.types) > 0, "tasks.types", f"unknown task types {bad_types}; known: {TASK_TYPES}")
+    bad_types = [x for x in t.types if x not in kind_names()]
+    _need(not bad_types and len(t.types) > 0, "tasks.types", f"unknown task types {bad_types}; known: {list(kind_names())}")
     _need(len(set(t.types)) == len(t.types), "tasks.types", "duplicate task types")
     _need(t.references >= 0, "tasks.references", "must be >= 0")
     _need(

@@ -30,7 +30,8 @@ from collections import Counter
 from typing import Any
 
 from populora.commands.corpus_io import Output, positive_int, positive_seconds, read_input_lines
-from populora.tasks.records import CODE_F, CODE_I, CODE_O, TASK_TYPES, Proposal, Task, reason_kind
+from populora.tasks.kinds import all_kinds, get_kind, kind_names
+from populora.tasks.records import Proposal, Task, reason_kind
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     v = tsub.add_parser("validate", help="validate proposals (program + input(s)) given as JSON lines")
     v.add_argument("file", help="JSONL file: program, input or inputs, optional type and message")
-    v.add_argument("--type", choices=TASK_TYPES, default=None, help="task type for lines without 'type'")
+    v.add_argument("--type", choices=kind_names(), default=None, help="task type for lines without 'type'")
     _common(v)
     v.set_defaults(func=run_validate)
 
@@ -67,16 +68,16 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def proposal_from_json(obj: dict[str, Any], default_type: str | None) -> Proposal:
     """A proposal from one input line; ValueError naming the key when the line is malformed."""
-    task_type = obj.get("type") or default_type or (CODE_F if "inputs" in obj else CODE_O)
-    if task_type not in TASK_TYPES:
-        raise ValueError(f"'type' is {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    task_type = obj.get("type") or default_type or _guess_type(obj)
+    if task_type not in kind_names():
+        raise ValueError(f"'type' is {task_type!r}; expected one of {', '.join(kind_names())}")
     program = obj.get("program")
     if not isinstance(program, str):
         raise ValueError("'program' must be a string")
-    if task_type == CODE_F:
+    if get_kind(task_type).given_program:
         inputs = obj.get("inputs")
         if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
-            raise ValueError("'inputs' must be a list of strings for code_f")
+            raise ValueError(f"'inputs' must be a list of strings for {task_type}")
         return Proposal(
             type=task_type, program=program, inputs=tuple(inputs), message=str(obj.get("message", ""))
         )
@@ -84,6 +85,14 @@ def proposal_from_json(obj: dict[str, Any], default_type: str | None) -> Proposa
     if not isinstance(inp, str):
         raise ValueError(f"'input' must be a string for {task_type}")
     return Proposal(type=task_type, program=program, inputs=(inp,))
+
+
+def _guess_type(obj: dict[str, Any]) -> str:
+    """A line without 'type': several inputs make it an induction task, one input the first kind."""
+    kinds = all_kinds()
+    if "inputs" in obj:
+        return next(n for n, k in kinds.items() if k.given_program)
+    return next(iter(kinds))
 
 
 def _open_sandbox(args: argparse.Namespace):
@@ -193,7 +202,7 @@ def run_validate(args: argparse.Namespace) -> int:
             results[n] = {"line": n, "type": proposal.type, **failed, "reason": _crash_reason(v)}
             continue
         r: dict[str, Any] = {"line": n, "type": proposal.type, "valid": v.valid, "reason": v.reason}
-        if proposal.type == CODE_F:
+        if get_kind(proposal.type).given_program:
             r["outputs"] = list(v.outputs)
         else:
             r["output"] = v.outputs[0] if v.outputs else None
@@ -212,9 +221,6 @@ def run_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-_ANSWER_FENCE = {CODE_O: "output", CODE_I: "input", CODE_F: "python"}
-
-
 def task_from_json(obj: dict[str, Any]) -> Task:
     """The task of a check line (``task`` record or inline fields); ValueError naming the key."""
     from populora.tasks.records import task_id
@@ -224,14 +230,14 @@ def task_from_json(obj: dict[str, Any]) -> Task:
             raise ValueError("'task' must be a JSON object")
         return Task.from_json(obj["task"])
     task_type = obj.get("type")
-    if task_type not in TASK_TYPES:
-        raise ValueError(f"'type' is {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    if task_type not in kind_names():
+        raise ValueError(f"'type' is {task_type!r}; expected one of {', '.join(kind_names())}")
     if not isinstance(obj.get("program"), str):
         raise ValueError("'program' must be a string")
-    if task_type == CODE_F:
+    if get_kind(task_type).given_program:
         for key in ("inputs", "outputs"):
             if not isinstance(obj.get(key), list) or not all(isinstance(i, str) for i in obj[key]):
-                raise ValueError(f"'{key}' must be a list of strings for code_f")
+                raise ValueError(f"'{key}' must be a list of strings for {task_type}")
         inputs = tuple(obj["inputs"])
         return Task(
             id=task_id(task_type, obj["program"], inputs),
@@ -253,7 +259,7 @@ def completion_from_json(obj: dict[str, Any], task: Task) -> str:
     if isinstance(obj.get("completion"), str):
         return obj["completion"]
     if isinstance(obj.get("answer"), str):
-        return f"<answer>\n```{_ANSWER_FENCE[task.type]}\n{obj['answer']}\n```\n</answer>"
+        return f"<answer>\n```{get_kind(task.type).student_block}\n{obj['answer']}\n```\n</answer>"
     raise ValueError("a check line needs 'completion' or 'answer' (a string)")
 
 

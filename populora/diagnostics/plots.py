@@ -22,7 +22,6 @@ from populora.diagnostics import arms_race as ar  # noqa: E402
 from populora.diagnostics.complexity import FEATURES  # noqa: E402
 from populora.diagnostics.lineage import edges, lives  # noqa: E402
 
-TASK_TYPES = ("code_o", "code_i", "code_f")
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:green"}
 
 
@@ -59,10 +58,20 @@ def _panels(n: int, ncols: int | None = None, w: float = 4.2, h: float = 3.0):
     return fig, flat[:n]
 
 
+def task_types(runs: Sequence) -> list[str]:
+    """The task types the runs logged (``teacher/<type>/valid_rate``), in the kinds' order."""
+    from populora.tasks.kinds import kind_names
+
+    seen = {k.split("/")[1] for run in runs for row in run.metrics for k in row
+            if k.startswith("teacher/") and k.endswith("/valid_rate")}
+    return [t for t in kind_names() if t in seen] or list(kind_names())[:3]
+
+
 def solve_rates(runs: Sequence) -> Figure:
     """Row 1: student solve rate per task type; row 2: teacher valid rate per task type."""
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.2), squeeze=False)
-    for col, tt in enumerate(TASK_TYPES):
+    types = task_types(runs)
+    fig, axes = plt.subplots(2, len(types), figsize=(4.4 * len(types), 6.2), squeeze=False)
+    for col, tt in enumerate(types):
         for row, (scope, metric, label) in enumerate((("student", "solve_rate", "student solve rate"),
                                                      ("teacher", "valid_rate", "teacher valid rate"))):
             ax = axes[row][col]

@@ -167,7 +167,7 @@ class SelfPlay:
         groups = stages.solve_plan(pairs, records, self.buffers, cfg,
                                    {m.id: budget_for(cfg, m.role).attempts for m in students},
                                    step_rng(seed, step, RNG_SOLVE))
-        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(g.task))
+        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(g.task, cfg))
                                                    + self._prefill("student", g.task.type),
                                                    self.members[g.student_id].adapter, index=g.index) for g in groups],
                                 cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
@@ -249,11 +249,9 @@ class SelfPlay:
 
     def _prefill(self, role: str, task_type: str) -> str:
         """The opened answer block appended to prompts when ``tasks.answer_prefill`` is on."""
-        from populora.tasks.prompts import STUDENT_PREFILL, TEACHER_PREFILL
+        from populora.tasks.prompts import prefill
 
-        if not self.cfg.tasks.answer_prefill:
-            return ""
-        return (TEACHER_PREFILL if role == "teacher" else STUDENT_PREFILL)[task_type]
+        return prefill(role, task_type) if self.cfg.tasks.answer_prefill else ""
 
     def _generate(self, requests, sc, n: int, seed: int, metrics: dict, role: str):
         """One mixed-adapter generate call per rank for its round-robin share of the requests (every

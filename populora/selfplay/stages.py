@@ -28,7 +28,8 @@ from populora.selfplay.records import (
     is_infra_error,
 )
 from populora.tasks import checking, parsing, prompts, rewards, validation
-from populora.tasks.records import CODE_F, Attempt, Proposal, Task, Verdict, reason_kind
+from populora.tasks.kinds import PromptEnv, get_kind
+from populora.tasks.records import Attempt, Proposal, Task, Verdict, reason_kind
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +51,25 @@ class Seq:
 
 
 # -- 2. propose --------------------------------------------------------------------------------------
-def proposal_jobs(teachers, buffers, cfg: Config, n_proposals: Callable, rng) -> list[ProposalRecord]:
-    """Every teacher's prompts: ``n_proposals(member)`` split evenly over the task types."""
+def prompt_env(cfg: Config) -> PromptEnv:
+    """What the kinds' prompts read from the run config."""
     t = cfg.tasks
+    return PromptEnv(templates=t.templates, n_inputs=t.code_f_inputs, n_shown=t.code_f_shown,
+                     max_output_chars=t.max_output_chars)
+
+
+def proposal_jobs(teachers, buffers, cfg: Config, n_proposals: Callable, rng) -> list[ProposalRecord]:
+    """Every teacher's prompts: ``n_proposals(member)`` split evenly over the task types. A kind whose
+    teacher is given a program (code_f) gets one from the buffers; the others get K references."""
+    t, env = cfg.tasks, prompt_env(cfg)
     out: list[ProposalRecord] = []
     for member in teachers:
         for task_type, count in per_type(n_proposals(member), t.types).items():
+            kind = get_kind(task_type)
             for _ in range(count):
                 refs = buffers.references(task_type, t.references, rng)
-                program = buffers.sample_program(rng) if task_type == CODE_F else None
-                question = prompts.teacher_prompt(
-                    task_type, refs, program=program, n_inputs=t.code_f_inputs, n_shown=t.code_f_shown,
-                    max_output_chars=t.max_output_chars,
-                )
+                program = buffers.sample_program(rng) if kind.given_program else None
+                question = prompts.teacher_prompt(task_type, refs, program=program, env=env)
                 out.append(ProposalRecord(len(out), ProposalJob(member.id, task_type, question, program)))
     return out
 
@@ -147,8 +154,8 @@ def top_up(buffers, count: int, exclude: set[str], types: list[str], rng) -> lis
     return out
 
 
-def student_question(task: Task) -> str:
-    return prompts.student_prompt(task)
+def student_question(task: Task, cfg: Config) -> str:
+    return prompts.student_prompt(task, prompt_env(cfg))
 
 
 # -- 5. check ----------------------------------------------------------------------------------------

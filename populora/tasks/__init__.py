@@ -5,10 +5,11 @@ the sandbox (``populora.sandbox``), and values are read with ``ast.literal_eval`
 """
 
 from populora.tasks.buffers import TaskBuffer, TaskBuffers, seed_buffers
-from populora.tasks.checking import CheckConfig, Judgement, check_many, to_attempt
+from populora.tasks.checking import CheckConfig, check_many, to_attempt
+from populora.tasks.kinds import Judgement, TaskKind, all_kinds, get_kind, kind_names
 from populora.tasks.parsing import parse_proposal, parse_student_answer
 from populora.tasks.prompts import format_chat, format_r1, student_prompt, teacher_prompt
-from populora.tasks.records import CODE_F, CODE_I, CODE_O, TASK_TYPES, Attempt, Proposal, Task, Verdict
+from populora.tasks.records import CODE_F, CODE_I, CODE_O, Attempt, Proposal, Task, Verdict
 from populora.tasks.rewards import solve_rate, student_reward, teacher_reward
 from populora.tasks.safety import SafetyConfig, check_program
 from populora.tasks.validation import ValidationConfig, validate_many
@@ -18,21 +19,24 @@ __all__ = [
     "CODE_F",
     "CODE_I",
     "CODE_O",
-    "TASK_TYPES",
     "Attempt",
     "CheckConfig",
     "Judgement",
     "Proposal",
     "SafetyConfig",
     "Task",
+    "TaskKind",
     "TaskBuffer",
     "TaskBuffers",
     "ValidationConfig",
     "Verdict",
+    "all_kinds",
     "check_many",
     "check_program",
     "format_chat",
     "format_r1",
+    "get_kind",
+    "kind_names",
     "parse_proposal",
     "parse_student_answer",
     "read_literal",

@@ -20,7 +20,8 @@ import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from populora.tasks.records import CODE_F, CODE_I, CODE_O, TASK_TYPES, Task
+from populora.tasks.kinds import all_kinds, get_kind, kind_names
+from populora.tasks.records import Task
 from populora.tasks.values import input_key
 
 SEED_TEACHER = "seed"
@@ -36,7 +37,7 @@ def normalise_program(program: str) -> str:
 
 def dedup_key(task: Task) -> tuple[Any, ...]:
     """Two tasks with equal keys are the same task for the buffer."""
-    inputs = task.inputs if task.type == CODE_F else (task.input,)
+    inputs = get_kind(task.type).dedup_inputs(task)
     return (task.type, normalise_program(task.program), tuple(input_key(i) for i in inputs))
 
 
@@ -48,7 +49,7 @@ class TaskBuffer:
     """The valid tasks of one type, deduplicated, oldest first."""
 
     def __init__(self, task_type: str, capacity: int | None = None) -> None:
-        if task_type not in TASK_TYPES:
+        if task_type not in kind_names():
             raise ValueError(f"TaskBuffer: unknown task type {task_type!r}")
         if capacity is not None and capacity < 1:
             raise ValueError(f"TaskBuffer: capacity must be >= 1 or None, got {capacity!r}")
@@ -110,7 +111,7 @@ class TaskBuffers:
     """One ``TaskBuffer`` per task type."""
 
     def __init__(self, capacity: int | None = None) -> None:
-        self.by_type = {t: TaskBuffer(t, capacity) for t in TASK_TYPES}
+        self.by_type = {t: TaskBuffer(t, capacity) for t in kind_names()}
 
     def __getitem__(self, task_type: str) -> TaskBuffer:
         if task_type not in self.by_type:
@@ -125,10 +126,12 @@ class TaskBuffers:
         return self[task_type].sample(k, rng)
 
     def sample_program(self, rng: random.Random | int | None = None) -> str:
-        """A program for a code_f teacher, from the code_o and code_i buffers."""
-        programs = sorted({t.program for t in list(self[CODE_O]) + list(self[CODE_I])})
+        """A program for a teacher who is given one (code_f), from the buffers of the kinds whose
+        programs may be given (``program_source``: code_o and code_i, as AZR)."""
+        sources = [name for name, kind in all_kinds().items() if kind.program_source]
+        programs = sorted({t.program for name in sources for t in self[name]})
         if not programs:
-            raise ValueError("sample_program: the code_o and code_i buffers are empty; seed them first")
+            raise ValueError(f"sample_program: the {' and '.join(sources)} buffers are empty; seed them first")
         return _rng(rng).choice(programs)
 
     def to_json(self) -> dict[str, Any]:
@@ -137,19 +140,20 @@ class TaskBuffers:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskBuffers:
         bufs = cls()
-        for t in TASK_TYPES:
+        for t in kind_names():
             if t in data:
                 bufs.by_type[t] = TaskBuffer.from_json(data[t])
         return bufs
 
 
 def seed_buffers(sandbox, capacity: int | None = None, cfg=None) -> TaskBuffers:
-    """Buffers holding the validated seed set (code_o and code_i). Raises if a seed is invalid."""
+    """Buffers holding the validated hand-written seed set (code_o and code_i). Raises if a seed is invalid."""
     from populora.tasks.seeds import seed_proposals
     from populora.tasks.validation import validate_many
 
     bufs = TaskBuffers(capacity)
-    proposals = seed_proposals(CODE_O) + seed_proposals(CODE_I)  # one sandbox batch for both
+    sources = [name for name, kind in all_kinds().items() if kind.program_source]
+    proposals = [p for name in sources for p in seed_proposals(name)]  # one sandbox batch for all
     for proposal, verdict in zip(proposals, validate_many(proposals, sandbox, cfg)):
         if not verdict.valid:
             raise RuntimeError(f"seed program is invalid ({verdict.reason}):\n{proposal.program}")

@@ -29,22 +29,16 @@ Nothing here raises on model text: a malformed completion gives ``reason="format
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from dataclasses import dataclass
 
-from populora.tasks.records import CODE_F, CODE_I, CODE_O, FORMAT, Proposal
-from populora.tasks.values import LiteralError, read_arguments, read_literal
+from populora.tasks.records import FORMAT, Proposal
 
 ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
 # ```kind<newline> ... ``` ; the kind label is optional; the closing fence may follow text directly.
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n(.*?)```", re.DOTALL)
-
-# The fenced-block kind a student writes for each task type.
-STUDENT_ANSWER_KIND = {CODE_O: "output", CODE_I: "input", CODE_F: "python"}
-
 
 THINK_CLOSE = "</think>"
 
@@ -86,11 +80,8 @@ def blocks_of_kind(answer: str, kind: str) -> list[str]:
     return [_clean(content, kind) for k, content in fenced_blocks(answer) if k == kind]
 
 
-def answer_field(text: str, kind: str, require_fence: bool = False, require_answer_tag: bool = True) -> str | None:
-    """The payload of kind ``kind`` in the completion ``text`` (see module rules), or None."""
-    answer = extract_answer(text, require_answer_tag)
-    if answer is None:
-        return None
+def pick_block(answer: str, kind: str, require_fence: bool = False) -> str | None:
+    """The payload of kind ``kind`` in an answer text (see module rules), or None."""
     blocks = fenced_blocks(answer)
     labelled = [c for k, c in blocks if k == kind]
     if labelled:
@@ -105,6 +96,17 @@ def answer_field(text: str, kind: str, require_fence: bool = False, require_answ
     return payload or None
 
 
+def last_block(answer: str, kind: str) -> str | None:
+    """The last block of ``kind`` (else the last unlabelled block) in a teacher's answer: fences required."""
+    return pick_block(answer, kind, require_fence=True)
+
+
+def answer_field(text: str, kind: str, require_fence: bool = False, require_answer_tag: bool = True) -> str | None:
+    """The payload of kind ``kind`` in the completion ``text`` (see module rules), or None."""
+    answer = extract_answer(text, require_answer_tag)
+    return None if answer is None else pick_block(answer, kind, require_fence)
+
+
 @dataclass(frozen=True)
 class StudentAnswer:
     """A student's parsed answer: ``answer`` is None and ``reason == "format"`` when malformed."""
@@ -117,28 +119,18 @@ class StudentAnswer:
 def parse_student_answer(
     text: str, task_type: str, require_fence: bool = False, require_answer_tag: bool = True
 ) -> StudentAnswer:
-    """Extract and grammar-check a student's answer for a task of ``task_type``. Never raises."""
-    kind = STUDENT_ANSWER_KIND.get(task_type)
-    if kind is None:
-        raise ValueError(f"unknown task type {task_type!r}")
-    payload = answer_field(text, kind, require_fence, require_answer_tag)
-    if payload is None or not _has_grammar(payload, task_type):
+    """Extract and grammar-check a student's answer for a task of ``task_type``. Never raises on model text."""
+    from populora.tasks.kinds import get_kind
+
+    kind = get_kind(task_type)
+    payload = answer_field(text, kind.student_block, require_fence, require_answer_tag)
+    try:
+        ok = payload is not None and kind.answer_ok(payload)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        ok = False
+    if not ok:
         return StudentAnswer(None, False, FORMAT)
     return StudentAnswer(payload, True, None)
-
-
-def _has_grammar(payload: str, task_type: str) -> bool:
-    try:
-        if task_type == CODE_O:
-            read_literal(payload)
-        elif task_type == CODE_I:
-            if not read_arguments(payload):
-                return False
-        else:
-            ast.parse(payload)
-    except (LiteralError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
 
 
 def parse_proposal(
@@ -147,34 +139,17 @@ def parse_proposal(
     program: str | None = None,
     teacher_id: str = "",
     step: int = 0,
-    require_fence: bool = True,
     require_answer_tag: bool = True,
 ) -> Proposal:
-    """Parse a teacher completion into a ``Proposal``. Never raises on model text.
+    """Parse a teacher completion into a ``Proposal``: the kind reads its answer block (``program`` is
+    the buffer program a ``given_program`` kind's teacher was given). Never raises on model text."""
+    from populora.tasks.kinds import get_kind
 
-    code_o/code_i: a ``python`` block (the program) and an ``input`` block (the last of each).
-    code_f: ``program`` is the buffer program the teacher was given; the completion holds ``input``
-    blocks (all of them, in order) and a ``message`` block. Teachers must use fences
-    (``require_fence=True``) because their answer has several fields.
-    """
-    common = dict(
-        type=task_type, teacher_id=teacher_id, step=step, completion=text if isinstance(text, str) else ""
-    )
+    kind = get_kind(task_type)
+    if kind.given_program and program is None:
+        raise ValueError(f"parse_proposal: a {task_type} proposal needs the program given to the teacher")
+    common = dict(type=task_type, teacher_id=teacher_id, step=step, completion=text if isinstance(text, str) else "")
     answer = extract_answer(text, require_answer_tag)
     if answer is None:
         return Proposal(program=program or "", reason=FORMAT, **common)
-    if task_type in (CODE_O, CODE_I):
-        code = answer_field(text, "python", require_fence, require_answer_tag)
-        inputs = blocks_of_kind(answer, "input")
-        if code is None or not inputs or not inputs[-1]:
-            return Proposal(program=code or "", reason=FORMAT, **common)
-        return Proposal(program=code, inputs=(inputs[-1],), **common)
-    if task_type == CODE_F:
-        if program is None:
-            raise ValueError("parse_proposal: a code_f proposal needs the program given to the teacher")
-        inputs = tuple(i for i in blocks_of_kind(answer, "input") if i)
-        messages = [m for m in blocks_of_kind(answer, "message") if m]
-        if not inputs or not messages:
-            return Proposal(program=program, inputs=inputs, reason=FORMAT, **common)
-        return Proposal(program=program, inputs=inputs, message=messages[-1], **common)
-    raise ValueError(f"unknown task type {task_type!r}")
+    return kind.parse_proposal(answer, program, common)

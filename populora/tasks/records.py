@@ -1,12 +1,9 @@
 """Records of the AZR task environment: proposals, tasks, attempts, and rejection reasons.
 
-The three task types of the Absolute Zero Reasoner (AZR):
-
-- ``code_o`` (deduction): given a program ``f`` and an input, predict the output;
-- ``code_i`` (abduction): given ``f`` and an output, give an input that produces it;
-- ``code_f`` (induction): given input/output pairs and a message, write ``f``. The teacher proposes
-  ``n`` inputs (10 by default) for a program taken from the buffer; the first ``n_shown`` (5) pairs are
-  shown to the student and the rest are hidden and decide correctness.
+The task types are task kinds (``populora.tasks.kinds``: ``code_o`` deduction, ``code_i`` abduction,
+``code_f`` induction, ``code_e`` error prediction). A task of a kind with one input has ``input`` and
+``output``; an induction task has ``inputs``, ``outputs``, a ``message`` and ``n_shown``: the first
+``n_shown`` pairs are shown to the student, the rest are hidden and decide correctness.
 
 Inputs and outputs are kept as text: an input is the text of a Python argument list of literals
 (``"1, [2, 3]"`` means ``f(1, [2, 3])``) and an output is the ``repr`` of the returned value.
@@ -20,10 +17,11 @@ import hashlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+# The names of AZR's three task types (the kinds that are on by default); code that must not depend on
+# a kind's name asks ``populora.tasks.kinds`` instead.
 CODE_O = "code_o"
 CODE_I = "code_i"
 CODE_F = "code_f"
-TASK_TYPES = (CODE_O, CODE_I, CODE_F)
 
 # --- machine-readable reasons --------------------------------------------------------------------
 # A rejected proposal or a failed attempt carries one of these (or a parametrised form below).
@@ -94,8 +92,10 @@ def reason_kind(reason: str | None) -> str | None:
 
 
 def _check_type(task_type: str) -> str:
-    if task_type not in TASK_TYPES:
-        raise ValueError(f"unknown task type {task_type!r}; expected one of {', '.join(TASK_TYPES)}")
+    from populora.tasks.kinds import kind_names  # late: the kinds import these records
+
+    if task_type not in kind_names():
+        raise ValueError(f"unknown task type {task_type!r}; expected one of {', '.join(kind_names())}")
     return task_type
 
 
@@ -159,7 +159,7 @@ class Task(_JsonRecord):
 
     def __post_init__(self) -> None:
         _check_type(self.type)
-        if self.type == CODE_F:
+        if self.inputs or self.outputs:  # a task of several input/output pairs (induction)
             if len(self.inputs) != len(self.outputs):
                 raise ValueError(f"task {self.id}: {len(self.inputs)} inputs but {len(self.outputs)} outputs")
             if not 0 < self.n_shown < len(self.inputs):
@@ -170,12 +170,12 @@ class Task(_JsonRecord):
 
     @property
     def shown_pairs(self) -> list[tuple[str, str]]:
-        """code_f: the (input, output) pairs shown to the student."""
+        """Induction: the (input, output) pairs shown to the student."""
         return list(zip(self.inputs[: self.n_shown], self.outputs[: self.n_shown]))
 
     @property
     def hidden_pairs(self) -> list[tuple[str, str]]:
-        """code_f: the (input, output) pairs that decide correctness."""
+        """Induction: the (input, output) pairs that decide correctness."""
         return list(zip(self.inputs[self.n_shown :], self.outputs[self.n_shown :]))
 
 

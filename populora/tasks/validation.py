@@ -6,19 +6,20 @@ For each proposal, in order (the first failure is the reason):
    function ``f`` (``no_entry_function``); helpers, nested functions and classes are allowed, a second
    ``def`` is not a rejection (the AZR reference rejected it although its prompt allowed helpers);
 2. the AST safety check passes (``banned:<name>``, see ``safety.py``);
-3. every input is a non-empty argument list of Python literals (``bad_input``); code_o/code_i take
-   exactly one input; code_f takes ``code_f_inputs`` distinct inputs (``duplicate_inputs``,
-   ``too_few_inputs``; extra inputs beyond that number are dropped);
+3. the task kind checks the inputs (``populora.tasks.kinds``): every input is a non-empty argument
+   list of Python literals (``bad_input``); code_o/code_i/code_e take exactly one input; code_f takes
+   ``code_f_inputs`` distinct inputs (``duplicate_inputs``, ``too_few_inputs``; extra inputs beyond that
+   number are dropped);
 4. the program runs on its inputs in TWO independently started processes (sandbox replicas 0 and 1,
-   different hash seeds and address layouts) within the limits: any failure gives the sandbox's reason
-   (``timeout``, ``memory``, ``runtime_error:<Type>``, ``crashed:<detail>``...), and different reprs
-   give ``nondeterministic``; for code_f the second execution calls ``f`` on the inputs in reverse
-   order, so outputs that depend on earlier calls are caught too. A failed execution is never
-   mistaken for an empty output (an AZR defect): only ``status == "ok"`` with one value per call
-   counts;
-5. every output repr is at most ``max_output_chars`` (``output_too_large``; never truncated, a
-   truncated output would make the task unsolvable) and, for code_o/code_i, reads back as a literal
-   (``not_literal``), or the student could not write it.
+   different hash seeds and address layouts) within the limits; the kind turns each execution into
+   outputs or a reason (``timeout``, ``memory``, ``runtime_error:<Type>``, ``crashed:<detail>``...;
+   code_e accepts a raised error, whose type is its output), and different outputs give
+   ``nondeterministic``; with several inputs the second execution calls ``f`` on them in reverse order,
+   so outputs that depend on earlier calls are caught too. A failed execution is never mistaken for an
+   empty output (an AZR defect);
+5. the kind checks the outputs: every output repr is at most ``max_output_chars``
+   (``output_too_large``; never truncated, a truncated output would make the task unsolvable) and, for
+   code_o/code_i, reads back as a literal (``not_literal``), or the student could not write it.
 
 All executions of a batch go to the sandbox in ONE ``run_many`` call so that all workers stay busy.
 """
@@ -29,24 +30,17 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from populora.tasks.kinds import KindConfig, get_kind
 from populora.tasks.records import (
-    BAD_INPUT,
-    CODE_F,
-    DUPLICATE_INPUTS,
     FORMAT,
     NO_ENTRY_FUNCTION,
     NONDETERMINISTIC,
-    NOT_LITERAL,
-    OUTPUT_TOO_LARGE,
     SYNTAX_ERROR,
-    TOO_FEW_INPUTS,
     Proposal,
     Task,
     Verdict,
-    task_id,
 )
 from populora.tasks.safety import SafetyConfig, check_program
-from populora.tasks.values import LiteralError, input_key, read_arguments, read_literal
 
 
 @dataclass(frozen=True)
@@ -77,23 +71,15 @@ def check_program_static(program: str, cfg: ValidationConfig) -> str | None:
     return check_program(tree, cfg.safety)
 
 
+def kind_config(cfg: ValidationConfig) -> KindConfig:
+    """The knobs a task kind reads, from the validation config."""
+    return KindConfig(entry=cfg.entry, max_output_chars=cfg.max_output_chars, code_f_inputs=cfg.code_f_inputs,
+                      code_f_shown=cfg.code_f_shown, static_check=lambda program: check_program_static(program, cfg))
+
+
 def check_inputs(proposal: Proposal, cfg: ValidationConfig) -> tuple[str | None, tuple[str, ...]]:
-    """(reason or None, the inputs to run) for the proposal's inputs; see the module docstring."""
-    inputs = tuple(i.strip() for i in proposal.inputs)
-    for text in inputs:
-        try:
-            if not read_arguments(text):
-                return BAD_INPUT, ()
-        except LiteralError:
-            return BAD_INPUT, ()
-    if proposal.type != CODE_F:
-        return (None, inputs) if len(inputs) == 1 else (FORMAT, ())
-    keys = [input_key(i) for i in inputs]
-    if len(set(keys)) != len(keys):
-        return DUPLICATE_INPUTS, ()
-    if len(inputs) < cfg.code_f_inputs:
-        return TOO_FEW_INPUTS, ()
-    return None, inputs[: cfg.code_f_inputs]
+    """(reason or None, the inputs to run) for the proposal's inputs: the kind's rule."""
+    return get_kind(proposal.type).check_inputs(proposal, kind_config(cfg))
 
 
 def static_reason(proposal: Proposal, cfg: ValidationConfig) -> tuple[str | None, tuple[str, ...]]:
@@ -124,54 +110,27 @@ def in_input_order(values: Sequence[str], k: int) -> list[str]:
     return list(values[::-1]) if k % 2 else list(values)
 
 
-def judge_executions(
-    proposal: Proposal, outcomes: Sequence, n_calls: int, cfg: ValidationConfig
-) -> str | None:
-    """Reason from the outcomes of the replicas' executions of one proposal, or None if valid.
+def judge_executions(proposal: Proposal, outcomes: Sequence, n_calls: int, cfg: ValidationConfig
+                     ) -> tuple[str | None, list[str]]:
+    """(reason or None, the outputs) from the outcomes of the replicas' executions of one proposal.
 
     Outcome ``k`` ran the calls in reverse order when ``k`` is odd (see ``replica_calls``).
     """
-    for out in outcomes:
-        if not out.ok:
-            return out.reason or out.status
-        if len(out.values) != n_calls:
-            return "crashed:bad_result"  # the sandbox guarantees one value per call; never trust less
-    first = outcomes[0].values
-    if any(in_input_order(out.values, k) != first for k, out in enumerate(outcomes) if k):
-        return NONDETERMINISTIC
-    for value in first:
-        if len(value) > cfg.max_output_chars:
-            return OUTPUT_TOO_LARGE
-    if proposal.type != CODE_F:
-        for value in first:
-            try:
-                read_literal(value)
-            except LiteralError:
-                return NOT_LITERAL
-    return None
+    kind = get_kind(proposal.type)
+    outputs = []
+    for k, out in enumerate(outcomes):
+        reason, values = kind.outputs_of(out, n_calls)
+        if reason is not None:
+            return reason, []
+        outputs.append(in_input_order(values, k))
+    if any(o != outputs[0] for o in outputs[1:]):
+        return NONDETERMINISTIC, []
+    return kind.output_reason(outputs[0], kind_config(cfg)), outputs[0]
 
 
-def make_task(
-    proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], cfg: ValidationConfig
-) -> Task:
-    """The task of a valid proposal."""
-    tid = task_id(proposal.type, proposal.program, inputs)
-    common = dict(
-        id=tid,
-        type=proposal.type,
-        program=proposal.program,
-        teacher_id=proposal.teacher_id,
-        step=proposal.step,
-    )
-    if proposal.type == CODE_F:
-        return Task(
-            inputs=inputs,
-            outputs=tuple(outputs),
-            message=proposal.message,
-            n_shown=cfg.code_f_shown,
-            **common,
-        )
-    return Task(input=inputs[0], output=outputs[0], **common)
+def make_task(proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], cfg: ValidationConfig) -> Task:
+    """The task of a valid proposal (the kind makes it)."""
+    return get_kind(proposal.type).make_task(proposal, inputs, outputs, kind_config(cfg))
 
 
 def validate_many(
@@ -205,11 +164,11 @@ def validate_many(
     for k, (i, inputs) in enumerate(runs):
         outs = outcomes[k * n_rep : (k + 1) * n_rep]
         seconds = max(o.seconds for o in outs)
-        reason = judge_executions(proposals[i], outs, len(inputs), cfg)
+        reason, outputs = judge_executions(proposals[i], outs, len(inputs), cfg)
         if reason is not None:
             verdicts[i] = Verdict(False, reason, seconds=seconds)
         else:
-            values = tuple(outs[0].values)
+            values = tuple(outputs)
             task = make_task(proposals[i], inputs, values, cfg)
             verdicts[i] = Verdict(True, None, outputs=values, seconds=seconds, task=task)
     return [v for v in verdicts if v is not None]
