@@ -1,4 +1,7 @@
-"""TrueSkill ratings, win probability, conservative score, match outcomes; PFSP matchmaking."""
+"""TrueSkill ratings, win probability, conservative score, the previous joint-match rule; PFSP matchmaking.
+
+The games that rate each role on its own reward are tested in test_population_games.py.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ from populora.population.validation import ConfigError
 CFG = RatingConfig()
 
 
-def test_defaults_are_the_papers():
+def test_defaults_trueskill_package_and_paper_conservative_k():
+    # mu0, sigma0, beta, tau: the trueskill package's defaults (ours); k = 3: the paper's
     assert (CFG.mu, CFG.sigma, CFG.beta, CFG.tau, CFG.conservative_k) == (25.0, 25 / 3, 25 / 6, 25 / 300, 3.0)
     assert prior(CFG) == Rating(25.0, 25 / 3)
     assert conservative_score(prior(CFG), CFG) == pytest.approx(0.0)
@@ -42,7 +46,7 @@ def test_win_probability_formula_and_symmetry():
     assert win_probability(a, a, CFG) == 0.5
 
 
-def test_match_outcome_rule():
+def test_previous_match_outcome_rule():
     assert match_outcome(0.9, 3, 0.1) == STUDENT_WINS
     assert match_outcome(0.1, 3, 0.1) == TEACHER_WINS
     assert match_outcome(0.55, 3, 0.1) == DRAW
@@ -54,7 +58,7 @@ def test_match_outcome_rule():
         match_outcome(None, 2, 0.1)
 
 
-def test_update_matches_trueskill_and_moves_the_right_way():
+def test_previous_joint_update_matches_trueskill_and_moves_the_right_way():
     ratings = {"t0": prior(CFG), "s0": prior(CFG), "t1": prior(CFG), "s1": Rating(20, 3)}
     new = update(ratings, [("t0", "s0"), ("t1", "s1")], [TEACHER_WINS, DRAW], CFG)
     assert new["t0"].mu > 25 > new["s0"].mu
