@@ -67,6 +67,8 @@ def test_config_validation_names_key_and_value():
         EvolutionConfig(operator_weights={"mutate": 1.0})
     with pytest.raises(ConfigError, match="operator 'dare': parameter drop must be in"):
         EvolutionConfig(operator_params={"dare": {"drop": 2}})
+    with pytest.raises(ConfigError, match="operator 'extrapolate': eta_min=0.5 is above eta_max=0.1"):
+        EvolutionConfig(operator_params={"extrapolate": {"eta_min": 0.5, "eta_max": 0.1}})
     with pytest.raises(ConfigError, match="no two-parent operator"):
         EvolutionConfig(operator_weights={"svd_perturb": 1.0})
     assert EvolutionConfig(operator_weights={"svd_perturb": 1.0}, crossover_prob=0.0).candidates(1) == {"svd_perturb": 1.0}
