@@ -271,7 +271,8 @@ def generate_seed_buffers(
     """Seed the buffers as AZR does: the base model proposes, the validator keeps the valid seeds.
 
     ``backend``: a ``PolicyBackend`` (generation with adapter ``None``, the bare base model);
-    ``sampling``: its ``SamplingParams`` (AZR: temperature 1.0; ``n`` is forced to 1); ``references``:
+    ``sampling``: its ``SamplingParams``, the run's teacher sampling (``n`` is forced to 1; AZR's
+    seeding requests went through verl's validation settings, i.e. greedy, see docs/tasks.md); ``references``:
     K seeds shown per code_i/code_o prompt (AZR ``io_n`` = 6); ``wrap``: the prompt wrapper (the
     run's R1 or chat formatting); ``prefill(task_type)``: text appended to the prompt and prepended to
     the completion (``tasks.answer_prefill``). Completions are parsed without requiring ``<answer>``
