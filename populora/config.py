@@ -28,6 +28,7 @@ from populora.renamed_keys import migrate_mapping, migrate_overrides
 from populora.rl.config import RLConfig
 from populora.sandbox.api import SandboxLimits
 from populora.tasks.kinds import default_kind_names, kind_names
+from populora.tasks.seeds import SeedConfig
 
 __all__ = ["Config", "ConfigError", "load_config"]
 
@@ -57,6 +58,8 @@ class TaskEnvConfig:
     prompt_style: str = "chat"
     # azr: AZR's own prompt templates, verbatim (the default) | compact: ours, short, for small models
     templates: str = "azr"
+    # the buffers' first tasks: written by the base model as AZR does, or the hand-written set
+    seeds: SeedConfig = field(default_factory=SeedConfig)
     teacher_reward: str = "populora"  # populora (0 for rho in {0,1}) | azr (-0.5 for valid but unlearnable)
     # False: completions without <answer> tags are read whole (fenced blocks still required). For
     # small models that write code blocks but ignore the tags (SmolLM2-135M in the CPU demo).

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from populora.policy.adapters import AdapterWeights
-from populora.population.evolution import EvolutionConfig, apply_births, evolve_population, replace_weakest
+from populora.population.evolution import EvolutionConfig, pbt_step, replace_weakest
 from populora.population.members import (
     LineageLog,
     Member,
@@ -67,6 +67,8 @@ def test_config_validation_names_key_and_value():
         EvolutionConfig(operator_weights={"mutate": 1.0})
     with pytest.raises(ConfigError, match="operator 'dare': parameter drop must be in"):
         EvolutionConfig(operator_params={"dare": {"drop": 2}})
+    with pytest.raises(ConfigError, match="operator 'extrapolate': eta_min=0.5 is above eta_max=0.1"):
+        EvolutionConfig(operator_params={"extrapolate": {"eta_min": 0.5, "eta_max": 0.1}})
     with pytest.raises(ConfigError, match="no two-parent operator"):
         EvolutionConfig(operator_weights={"svd_perturb": 1.0})
     assert EvolutionConfig(operator_weights={"svd_perturb": 1.0}, crossover_prob=0.0).candidates(1) == {"svd_perturb": 1.0}
@@ -75,11 +77,26 @@ def test_config_validation_names_key_and_value():
     assert from_mapping(EvolutionConfig, "evolution", {"interval": 5}).interval == 5
 
 
-def test_nothing_happens_off_interval():
+def test_due_only_on_the_interval_and_where_children_can_still_train():
+    cfg = EvolutionConfig(interval=20, min_age=10)  # the *-7b presets, 200 steps
+    assert [s for s in range(0, 201) if cfg.due(s, 200)] == [20, 40, 60, 80, 100, 120, 140, 160, 180]
+    assert not cfg.due(200, 200)  # the final step: children would be exported untrained
+    assert cfg.due(190, 200) is False  # off the interval
+    assert EvolutionConfig(interval=20, min_age=25).due(180, 200) is False  # 20 steps left < min_age
+    tiny = EvolutionConfig(interval=3, min_age=2)  # the tiny preset, 6 steps
+    assert [s for s in range(7) if tiny.due(s, 6)] == [3]
+    # min_age 0 still needs one step of training after the birth
+    assert [s for s in range(7) if EvolutionConfig(interval=3, min_age=0).due(s, 6)] == [3]
+    assert [s for s in range(7) if EvolutionConfig(interval=3, min_age=0).due(s, 7)] == [3, 6]
+    assert cfg.due(200) is True  # open-ended caller: the interval alone
+
+
+def test_nothing_happens_when_not_due():
     members, weights = _population([1, 2, 3, 4], [1, 2, 3, 4])
     cfg = EvolutionConfig(interval=10, min_age=0)
-    for step in (0, 5, 11):
-        assert replace_weakest(members, "teacher", step, cfg, RCFG, random.Random(0), weights.__getitem__) == []
+    for step in (0, 5, 11, 30):
+        assert pbt_step(members, step, 30, cfg, RCFG, random.Random(0), weights) == []
+    assert len(pbt_step(members, 10, 30, cfg, RCFG, random.Random(0), weights)) == 2  # one per role
 
 
 def test_weakest_are_replaced_by_children_of_the_top():
@@ -96,8 +113,6 @@ def test_weakest_are_replaced_by_children_of_the_top():
     assert b.weights.shapes() == weights["t0"].shapes()
     json.dumps(b.record)  # loggable
     assert b.record["replaced"] == "t1" and b.record["member"]["operator"] == b.child.operator
-    new = apply_births(members, births)
-    assert [m.id for m in new] == ["t0", "t1-10", "t2", "t3", "s0", "s1", "s2", "s3"]
 
 
 def test_child_can_be_remade_from_its_lineage_record():
@@ -121,11 +136,43 @@ def test_fraction_bounds_min_age_and_never_the_whole_role():
     tiny = EvolutionConfig(fraction=0.01, min_age=0)
     assert len(replace_weakest(members, "student", 10, tiny, RCFG, random.Random(0), get)) == 1  # at least one
     assert replace_weakest(members, "student", 10, EvolutionConfig(fraction=0.0, min_age=0), RCFG, random.Random(0), get) == []
-    # members younger than min_age are skipped: the next weakest old enough is replaced instead
+    # a member younger than min_age is spared, and nobody stronger is replaced in its place
     members[2].born_step = 8  # s0, the weakest student, born at step 8
     young = EvolutionConfig(fraction=0.125, min_age=5)
-    (b,) = replace_weakest(members, "student", 10, young, RCFG, random.Random(0), get)
-    assert b.replaced.id == "s1"
+    assert replace_weakest(members, "student", 10, young, RCFG, random.Random(0), get) == []
+    two = EvolutionConfig(fraction=0.25, min_age=5)  # zone: s0 (young) and s1 (old enough)
+    assert [b.replaced.id for b in replace_weakest(members, "student", 10, two, RCFG, random.Random(0), get)] == ["s1"]
+
+
+def test_min_age_above_interval_never_culls_the_strongest():
+    """min_age 30 > interval 10: the two newborn weakest are too young; the old strong ones stay."""
+    members, weights = _population([10, 9, 1, 2], [5, 6])
+    members[2].born_step = members[3].born_step = 10  # t2, t3: children born at step 10
+    cfg = EvolutionConfig(interval=10, min_age=30, fraction=0.5)
+    for step in (20, 30):
+        assert replace_weakest(members, "teacher", step, cfg, RCFG, random.Random(0), weights.__getitem__) == []
+    (b, c) = replace_weakest(members, "teacher", 40, cfg, RCFG, random.Random(0), weights.__getitem__)
+    assert {b.replaced.id, c.replaced.id} == {"t2", "t3"}  # old enough now, still the weakest
+
+
+@pytest.mark.parametrize("steps,interval,min_age,fraction", [(6, 3, 2, 0.5), (200, 20, 10, 0.25), (9, 3, 0, 0.5),
+                                                              (50, 5, 12, 0.5)])
+def test_every_member_of_the_final_population_trained_long_enough(steps, interval, min_age, fraction):
+    """Run PBT over a whole run on hand-made members (ratings drift at random) and apply the births."""
+    members, weights = _population([1, 2, 3, 4], [1, 2, 3, 4])
+    cfg = EvolutionConfig(interval=interval, min_age=min_age, fraction=fraction)
+    rng, drift = random.Random(0), random.Random(1)
+    events = 0
+    for step in range(1, steps + 1):
+        for m in members:  # training and games move the ratings
+            m.rating = Rating(m.rating.mu + drift.gauss(0, 1), max(0.5, m.rating.sigma * 0.97))
+        for b in pbt_step(members, step, steps, cfg, RCFG, rng, weights):
+            assert b.replaced.age(step) >= min_age
+            members = [b.child if m.id == b.replaced.id else m for m in members]
+            weights[b.child.adapter] = b.weights
+            events += 1
+    assert events > 0
+    assert min(m.age(steps) for m in members) >= max(1, min_age)
 
 
 def test_inherited_rating_and_operator_weights():
@@ -152,11 +199,12 @@ def test_operator_choice_follows_weights_and_crossover_probability():
     assert ops.count("copy_parent") > 2 * ops.count("layer_gaussian")
 
 
-def test_evolve_population_handles_both_roles_and_is_reproducible():
+def test_pbt_step_handles_both_roles_and_is_reproducible():
     members, weights = _population([10, 1, 7, 4], [5, 6, 7, 8])
     cfg = EvolutionConfig(min_age=0)
-    new1, births1 = evolve_population(members, 10, cfg, RCFG, random.Random(5), weights)
-    new2, births2 = evolve_population(members, 10, cfg, RCFG, random.Random(5), weights)
+    births1 = pbt_step(members, 10, 100, cfg, RCFG, random.Random(5), weights)
+    births2 = pbt_step(members, 10, 100, cfg, RCFG, random.Random(5), weights.__getitem__)
     assert [b.replaced.id for b in births1] == ["t1", "s0"]
-    assert [m.id for m in new1] == [m.id for m in new2]
+    assert [b.child.id for b in births1] == [b.child.id for b in births2] == ["t1-10", "s0-10"]
     assert all(b1.weights.equal(b2.weights) for b1, b2 in zip(births1, births2))
+    assert [b.record["replaced"] for b in births1] == ["t1", "s0"]

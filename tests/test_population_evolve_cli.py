@@ -92,7 +92,7 @@ def test_evolve_list_prints_every_operator_with_defaults(capsys):
     out = capsys.readouterr().out
     for name, spec in OPERATORS.items():
         assert name in out and spec.summary in out
-    assert "drop=0.5 [0, 1)" in out and "eta=0.25 [0, 0.5]" in out
+    assert "drop=0.7 [0, 1)" in out and "eta_max=0.5 [0, 1]" in out
 
 
 def _tree(root) -> dict[str, bytes]:

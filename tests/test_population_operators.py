@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -196,16 +197,61 @@ def test_delta_merge_is_the_best_rank_r_approximation_of_the_weighted_sum():
     assert torch.allclose(child.delta("m.q_proj"), best, atol=1e-5)
 
 
+def _svd_mix_expected(w1, w2, k):
+    """Delta of the top k components of w1 plus the top r - k of w2 (one module, m.q_proj)."""
+    a1, b1 = w1.tensors["m.q_proj"]
+    a2, b2 = w2.tensors["m.q_proj"]
+    return w1.scaling * (lowrank_svd(a1, b1).truncate(k).dense() + lowrank_svd(a2, b2).truncate(w1.rank - k).dense())
+
+
 def test_svd_mix_takes_top_components_from_each_parent():
     w1 = AdapterWeights.init({"m.q_proj": (20, 24)}, 4, 8, b_init="random", b_std=0.1, seed=0)
     w2 = AdapterWeights.init({"m.q_proj": (20, 24)}, 4, 8, b_init="random", b_std=0.1, seed=1)
-    assert _delta_err(make_child("svd_mix", [w1, w2], seed=0, fraction_fitter=1.0), w1) < 1e-5
-    assert _delta_err(make_child("svd_mix", [w1, w2], seed=0, fraction_fitter=0.0), w2) < 1e-5
-    a1, b1 = w1.tensors["m.q_proj"]
-    a2, b2 = w2.tensors["m.q_proj"]
-    top1, top2 = lowrank_svd(a1, b1).truncate(2), lowrank_svd(a2, b2).truncate(2)
-    expected = w1.scaling * (top1.dense() + top2.dense())
-    assert torch.allclose(make_child("svd_mix", [w1, w2], seed=0).delta("m.q_proj"), expected, atol=1e-6)
+    whole = {"fraction_min": 1.0, "fraction_max": 1.0}
+    assert _delta_err(make_child("svd_mix", [w1, w2], seed=0, **whole), w1) < 1e-5
+    assert _delta_err(make_child("svd_mix", [w1, w2], seed=0, fraction_min=0.0, fraction_max=0.0), w2) < 1e-5
+    # a fixed split at r/2 takes the TOP half of each parent (not the other's components k+1..r)
+    half = make_child("svd_mix", [w1, w2], seed=0, fraction_min=0.5, fraction_max=0.5)
+    assert torch.allclose(half.delta("m.q_proj"), _svd_mix_expected(w1, w2, 2), atol=1e-6)
+
+
+def test_svd_mix_default_split_is_uniform_over_one_to_r_minus_one():
+    """As in the reference implementation: k ~ U{1, ..., r-1} per module, so both parents contribute."""
+    w1 = AdapterWeights.init({"m.q_proj": (20, 24)}, 4, 8, b_init="random", b_std=0.1, seed=0)
+    w2 = AdapterWeights.init({"m.q_proj": (20, 24)}, 4, 8, b_init="random", b_std=0.1, seed=1)
+    expected = {k: _svd_mix_expected(w1, w2, k) for k in range(5)}
+    counts = Counter()
+    for seed in range(300):
+        delta = make_child("svd_mix", [w1, w2], seed=seed).delta("m.q_proj")
+        (k,) = [k for k, e in expected.items() if torch.allclose(delta, e, atol=1e-6)]
+        counts[k] += 1
+    assert set(counts) == {1, 2, 3}  # never a whole parent
+    assert all(abs(c / 300 - 1 / 3) < 0.1 for c in counts.values())
+    w1r1 = AdapterWeights.init({"m.q_proj": (6, 6)}, 1, 2, b_init="random", b_std=0.1, seed=0)
+    w2r1 = AdapterWeights.init({"m.q_proj": (6, 6)}, 1, 2, b_init="random", b_std=0.1, seed=1)
+    kids = [make_child("svd_mix", [w1r1, w2r1], seed=s) for s in range(20)]  # rank 1: one parent's component
+    assert {min(range(2), key=lambda i: _delta_err(c, (w1r1, w2r1)[i])) for c in kids} == {0, 1}
+    assert all(min(_delta_err(c, w1r1), _delta_err(c, w2r1)) < 1e-5 for c in kids)
+
+
+def test_extrapolate_draws_eta_once_per_child_from_its_range():
+    shapes = {"m.q_proj": (8, 8), "m.v_proj": (8, 4)}
+    w1 = AdapterWeights.init(shapes, 2, 4, b_init="random", b_std=0.1, seed=0)
+    w2 = AdapterWeights.init(shapes, 2, 4, b_init="random", b_std=0.1, seed=1)
+    etas = []
+    for seed in range(50):
+        child = make_child("extrapolate", [w1, w2], seed=seed)
+        per_module = []
+        for m in shapes:
+            (a1, b1), (a2, b2), (a, b) = w1.tensors[m], w2.tensors[m], child.tensors[m]
+            eta = float(((a - a1) * (a1 - a2)).sum() / ((a1 - a2) ** 2).sum())
+            assert torch.allclose(a, a1 + eta * (a1 - a2), atol=1e-6)
+            assert torch.allclose(b, b1 + eta * (b1 - b2), atol=1e-6)
+            per_module.append(eta)
+        assert max(per_module) - min(per_module) < 1e-5  # one eta for the whole child
+        etas.append(per_module[0])
+    assert min(etas) >= -1e-6 and max(etas) <= 0.5 + 1e-6  # the reference's lerp range [1, 1.5]
+    assert max(etas) - min(etas) > 0.3  # drawn, not fixed
 
 
 def test_crossover_extremes():
@@ -214,8 +260,8 @@ def test_crossover_extremes():
     assert make_child("layer_swap", [w1, w2], seed=0, p_fitter=1.0).equal(w1)
     assert make_child("layer_swap", [w1, w2], seed=0, p_fitter=0.0).equal(w2)
     assert make_child("dare", [w1, w2], seed=0, drop=0.0, weight=1.0).equal(w1)
-    assert make_child("extrapolate", [w1, w2], seed=0, eta=0.0).equal(w1)
-    ext = make_child("extrapolate", [w1, w2], seed=0, eta=0.5)
+    assert make_child("extrapolate", [w1, w2], seed=0, eta_min=0.0, eta_max=0.0).equal(w1)
+    ext = make_child("extrapolate", [w1, w2], seed=0, eta_min=0.5, eta_max=0.5)
     a1, a2 = w1.tensors["m.q_proj"][0], w2.tensors["m.q_proj"][0]
     assert torch.allclose(ext.tensors["m.q_proj"][0], 1.5 * a1 - 0.5 * a2)
     swapped = make_child("layer_swap", [w1, w2], seed=0)
@@ -263,8 +309,10 @@ def test_parameters_are_validated_with_the_operator_and_key_named():
     w = AdapterWeights.init({"m.q_proj": (8, 8)}, 2, 4, seed=0)
     with pytest.raises(OperatorError, match=r"operator 'dare': parameter drop must be in \[0, 1\)"):
         make_child("dare", [w, w], seed=0, drop=1.0)
-    with pytest.raises(OperatorError, match=r"operator 'extrapolate': parameter eta must be in \[0, 0.5\]"):
-        make_child("extrapolate", [w, w], seed=0, eta=0.7)
+    with pytest.raises(OperatorError, match=r"operator 'extrapolate': parameter eta_max must be in \[0, 1\]"):
+        make_child("extrapolate", [w, w], seed=0, eta_max=1.5)
+    with pytest.raises(OperatorError, match="operator 'svd_mix': fraction_min=0.8 is above fraction_max=0.2"):
+        resolve_params("svd_mix", {"fraction_min": 0.8, "fraction_max": 0.2})
     with pytest.raises(OperatorError, match="operator 'svd_perturb': unknown parameter 'sgima'"):
         make_child("svd_perturb", [w], seed=0, sgima=0.1)
     with pytest.raises(OperatorError, match="operator 'full_gaussian': parameter scale must be a number"):

@@ -1,4 +1,7 @@
-"""TrueSkill ratings, win probability, conservative score, match outcomes; PFSP matchmaking."""
+"""TrueSkill ratings, win probability, conservative score, the previous joint-match rule; PFSP matchmaking.
+
+The games that rate each role on its own reward are tested in test_population_games.py.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +10,13 @@ import random
 from collections import Counter
 
 import pytest
-import trueskill
 
 from populora.population.matchmaking import MatchmakingConfig, pair, pfsp_weight, pfsp_weights
 from populora.population.ratings import (
-    DRAW,
-    STUDENT_WINS,
-    TEACHER_WINS,
     Rating,
     RatingConfig,
     conservative_score,
-    match_outcome,
     prior,
-    update,
     win_probability,
 )
 from populora.population.validation import ConfigError
@@ -27,7 +24,8 @@ from populora.population.validation import ConfigError
 CFG = RatingConfig()
 
 
-def test_defaults_are_the_papers():
+def test_defaults_trueskill_package_and_paper_conservative_k():
+    # mu0, sigma0, beta, tau: the trueskill package's defaults (ours); k = 3: the paper's
     assert (CFG.mu, CFG.sigma, CFG.beta, CFG.tau, CFG.conservative_k) == (25.0, 25 / 3, 25 / 6, 25 / 300, 3.0)
     assert prior(CFG) == Rating(25.0, 25 / 3)
     assert conservative_score(prior(CFG), CFG) == pytest.approx(0.0)
@@ -40,43 +38,6 @@ def test_win_probability_formula_and_symmetry():
     assert win_probability(a, b, CFG) == pytest.approx(0.5 * (1 + math.erf(z / math.sqrt(2))))
     assert win_probability(a, b, CFG) + win_probability(b, a, CFG) == pytest.approx(1.0)
     assert win_probability(a, a, CFG) == 0.5
-
-
-def test_match_outcome_rule():
-    assert match_outcome(0.9, 3, 0.1) == STUDENT_WINS
-    assert match_outcome(0.1, 3, 0.1) == TEACHER_WINS
-    assert match_outcome(0.55, 3, 0.1) == DRAW
-    assert match_outcome(0.6, 3, 0.1) == DRAW  # boundary is a draw: strict inequalities
-    assert match_outcome(0.61, 3, 0.1) == STUDENT_WINS
-    assert match_outcome(None, 0, 0.1) == STUDENT_WINS  # no valid task: the teacher loses
-    assert match_outcome(0.5, 1, 0.0) == DRAW
-    with pytest.raises(ValueError, match="rho_mean"):
-        match_outcome(None, 2, 0.1)
-
-
-def test_update_matches_trueskill_and_moves_the_right_way():
-    ratings = {"t0": prior(CFG), "s0": prior(CFG), "t1": prior(CFG), "s1": Rating(20, 3)}
-    new = update(ratings, [("t0", "s0"), ("t1", "s1")], [TEACHER_WINS, DRAW], CFG)
-    assert new["t0"].mu > 25 > new["s0"].mu
-    assert new["t0"].sigma < CFG.sigma and ratings["t0"] == prior(CFG)  # input untouched
-    env = trueskill.TrueSkill(mu=25, sigma=25 / 3, beta=25 / 6, tau=25 / 300, draw_probability=0.1)
-    s1, t1 = trueskill.rate_1vs1(env.create_rating(20, 3), env.create_rating(25, 25 / 3), drawn=True, env=env)
-    assert new["t1"] == pytest.approx(Rating(t1.mu, t1.sigma))
-    assert new["s1"] == pytest.approx(Rating(s1.mu, s1.sigma))
-    # a student matched twice plays twice, in order
-    twice = update(ratings, [("t0", "s0"), ("t1", "s0")], [STUDENT_WINS, STUDENT_WINS], CFG)
-    once = update(ratings, [("t0", "s0")], [STUDENT_WINS], CFG)
-    assert twice["s0"].mu > once["s0"].mu > 25
-
-
-def test_update_errors_name_the_problem():
-    r = {"t0": prior(CFG), "s0": prior(CFG)}
-    with pytest.raises(ValueError, match="1 pairs but 2 outcomes"):
-        update(r, [("t0", "s0")], [DRAW, DRAW], CFG)
-    with pytest.raises(KeyError, match="'s9' has no rating"):
-        update(r, [("t0", "s9")], [DRAW], CFG)
-    with pytest.raises(ValueError, match="outcome 'win'"):
-        update(r, [("t0", "s0")], ["win"], CFG)
 
 
 def test_rating_config_validation_names_key_and_value():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from populora.tasks.kinds import PromptEnv, all_kinds
 from populora.tasks.parsing import parse_proposal, parse_student_answer
 from populora.tasks.prompts import (
     check_prompt_ending,
@@ -13,6 +14,10 @@ from populora.tasks.prompts import (
     teacher_prompt,
 )
 from populora.tasks.records import CODE_F, CODE_I, CODE_O, Task
+
+COMPACT = PromptEnv(templates="compact")
+AZR = PromptEnv(templates="azr")
+E_TASK = Task(id="e", type="code_e", program="def f(d):\n    return d['k']", input="{}", output="KeyError")
 
 REF = Task(
     id="r1", type=CODE_O, program="def f(a):\n    return a", input="'Hello world'", output="'Hello world'"
@@ -45,47 +50,50 @@ def _chat_tokenizer():
 
 
 def all_questions():
-    return [
-        teacher_prompt(CODE_O, REFS),
-        teacher_prompt(CODE_I, REFS),
-        teacher_prompt(CODE_O, []),
-        teacher_prompt(CODE_F, [F_TASK], program=REF.program),
-        teacher_prompt(CODE_F, [], program=REF.program),
-        student_prompt(REF),
-        student_prompt(Task(id="i", type=CODE_I, program=REF.program, input="3", output="3")),
-        student_prompt(F_TASK),
+    azr = [q for k in all_kinds().values() for q in (
+        k.teacher_question(REFS if not k.given_program else [], REF.program, AZR),
+        k.student_question(F_TASK if k.given_program else (E_TASK if k.name == "code_e" else REF), AZR))]
+    return azr + [
+        teacher_prompt(CODE_O, REFS, env=COMPACT),
+        teacher_prompt(CODE_I, REFS, env=COMPACT),
+        teacher_prompt(CODE_O, [], env=COMPACT),
+        teacher_prompt(CODE_F, [F_TASK], program=REF.program, env=COMPACT),
+        teacher_prompt(CODE_F, [], program=REF.program, env=COMPACT),
+        student_prompt(REF, COMPACT),
+        student_prompt(Task(id="i", type=CODE_I, program=REF.program, input="3", output="3"), COMPACT),
+        student_prompt(F_TASK, COMPACT),
     ]
 
 
 def test_teacher_prompts_show_k_references():
-    q = teacher_prompt(CODE_O, REFS)
+    q = teacher_prompt(CODE_O, REFS, env=COMPACT)
     assert all(t.program in q for t in REFS)
     assert q.count("#### Reference") == 6
     assert "```python" in q and "```input" in q and "<answer>" in q
     assert "predict its output" in q
-    assert "find an input" in teacher_prompt(CODE_I, REFS[:2])
-    assert teacher_prompt(CODE_I, REFS[:2]).count("#### Reference") == 2
-    assert "(none yet)" in teacher_prompt(CODE_O, [])
+    assert "find an input" in teacher_prompt(CODE_I, REFS[:2], env=COMPACT)
+    assert teacher_prompt(CODE_I, REFS[:2], env=COMPACT).count("#### Reference") == 2
+    assert "(none yet)" in teacher_prompt(CODE_O, [], env=COMPACT)
     # the import rule is the safety check's allowlist
     assert "collections" in q and "random" not in q.split("Allowed imports:")[1].split(".")[0]
 
 
 def test_code_f_teacher_prompt():
-    q = teacher_prompt(CODE_F, [F_TASK], program="def f(s):\n    return s[::-1]", n_inputs=10, n_shown=5)
+    q = teacher_prompt(CODE_F, [F_TASK], program="def f(s):\n    return s[::-1]", env=COMPACT)
     assert "def f(s):\n    return s[::-1]" in q
     assert "10 different inputs" in q and "```message" in q
     assert "Squares the number." in q
     with pytest.raises(ValueError, match="program"):
-        teacher_prompt(CODE_F, [])
+        teacher_prompt(CODE_F, [], env=COMPACT)
 
 
 def test_student_prompts():
-    q = student_prompt(REF)
+    q = student_prompt(REF, COMPACT)
     assert REF.program in q and REF.input in q and "```output" in q
     assert REF.output not in q.replace(REF.input, "")  # code_o must not reveal the gold output
-    qi = student_prompt(Task(id="i", type=CODE_I, program=REF.program, input="'secret'", output="'shown'"))
+    qi = student_prompt(Task(id="i", type=CODE_I, program=REF.program, input="'secret'", output="'shown'"), COMPACT)
     assert "'shown'" in qi and "'secret'" not in qi
-    qf = student_prompt(F_TASK)
+    qf = student_prompt(F_TASK, COMPACT)
     assert "Squares the number." in qf and "def f(n):\n    return n * n" not in qf
     for inp, out in F_TASK.shown_pairs:
         assert f"```input\n{inp}\n```\n```output\n{out}\n```" in qf
@@ -94,14 +102,14 @@ def test_student_prompts():
 
 
 def test_r1_wrapper():
-    p = format_r1(student_prompt(REF))
+    p = format_r1(student_prompt(REF, COMPACT))
     assert p.startswith("A conversation between User and Assistant.")
     assert "\nUser: ## Task: deduce" in p
     assert p.endswith("\nAssistant: <think>")
 
 
 def test_chat_wrapper():
-    p = format_chat(student_prompt(REF), _chat_tokenizer())
+    p = format_chat(student_prompt(REF, COMPACT), _chat_tokenizer())
     assert p.endswith("<|im_start|>assistant\n<think>")
     assert "<think> </think> and <answer> </answer>" in p  # R1 instruction as system message
     assert "## Task: deduce" in p
@@ -110,7 +118,6 @@ def test_chat_wrapper():
 def test_no_prompt_ends_in_bare_newline():
     tok = _chat_tokenizer()
     for q in all_questions():
-        assert q == q.strip()
         for p in (format_r1(q), format_r1(q + "\n"), format_chat(q + "\n\n", tok)):
             assert not p.endswith("\n") and not p[-1].isspace()
             assert p.endswith("<think>")
@@ -128,10 +135,13 @@ def test_answer_formats_shown_in_prompts_parse():
 
 def test_answer_prefills_never_end_in_whitespace_and_parse_back():
     from populora.tasks.parsing import parse_proposal, parse_student_answer
-    from populora.tasks.prompts import STUDENT_PREFILL, TEACHER_PREFILL, check_prompt_ending, format_r1
+    from populora.tasks.prompts import check_prompt_ending, format_r1, prefill
 
-    for prefill in (*TEACHER_PREFILL.values(), *STUDENT_PREFILL.values()):
-        check_prompt_ending(format_r1("question") + prefill)
+    for kind in all_kinds():
+        for role in ("teacher", "student"):
+            check_prompt_ending(format_r1("question") + prefill(role, kind))
+    TEACHER_PREFILL = {k: prefill("teacher", k) for k in all_kinds()}
+    STUDENT_PREFILL = {k: prefill("student", k) for k in all_kinds()}
     # the model continues the opened block; prefill + completion parses in lenient mode
     text = TEACHER_PREFILL["code_o"] + "x):\n    return x * 3\n```\n```input\n7\n```"
     p = parse_proposal(text, "code_o", require_answer_tag=False)

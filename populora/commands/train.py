@@ -158,7 +158,9 @@ def print_summary(rd: Path) -> None:
         t = Table(title=f"step {last.get('step')}: tasks")
         for col in ("task type", "teacher valid rate", "teacher reward", "student solve rate", "student format rate"):
             t.add_column(col)
-        for tt in ("code_o", "code_i", "code_f"):
+        from populora.tasks.kinds import kind_names
+
+        for tt in kind_names():
             if f"teacher/{tt}/valid_rate" in last or f"student/{tt}/solve_rate" in last:
                 t.add_row(tt, _fmt(last.get(f"teacher/{tt}/valid_rate")), _fmt(last.get(f"teacher/{tt}/reward_mean")),
                           _fmt(last.get(f"student/{tt}/solve_rate")), _fmt(last.get(f"student/{tt}/format_rate")))
@@ -202,7 +204,7 @@ def print_examples(rd: Path, n: int = 4) -> None:
         print(f"--- step {g('step')} {g('teacher')} {g('type')}: valid; student solved "
               f"{g('student_correct')}/{g('student_attempts')}")
         print(str(g("program", "")).rstrip())
-        if g("type") == "code_f":
+        if g("message"):  # an induction task: several inputs and outputs, and the teacher's message
             print(f"inputs: {g('input')}\noutputs: {g('output')}\nmessage: {g('message')}")
         else:
             print(f"input: {g('input')}\noutput: {g('output')}")

@@ -1,15 +1,18 @@
 """Population-based training (PBT): every k steps, replace the weakest members of each role.
 
-``replace_weakest`` is the whole algorithm for one role at one step:
+``pbt_step`` is the whole algorithm at one step, and the only entry point the loop calls:
 
-1. If the step is not a multiple of ``interval``, do nothing.
-2. Rank the role's members by conservative score ``mu - k sigma`` (best first).
-3. The bottom ``fraction`` (at least one if ``fraction > 0``, never all of the role) are replaced,
-   skipping members younger than ``min_age`` steps.
-4. For each: with probability ``crossover_prob`` a two-parent operator, else a one-parent one,
+1. If evolution is not due (``EvolutionConfig.due``: a positive multiple of ``interval`` from which
+   a child still trains at least ``max(1, min_age)`` steps before the run ends), do nothing.
+2. Per role (teachers, then students; ``replace_weakest``): rank the role's members by conservative
+   score ``mu - k sigma`` (best first). The bottom ``fraction`` of the ranking (at least one if
+   ``fraction > 0``, never the whole role) is the replacement zone; the members in it that are at
+   least ``min_age`` steps old are replaced. A zone member too young to be judged is spared this
+   time, and nobody above the zone is taken in its place.
+3. For each: with probability ``crossover_prob`` a two-parent operator, else a one-parent one,
    drawn with the configured ``operator_weights``; parents are drawn from the top
    ``top_fraction`` of the survivors (fitter parent first).
-5. The child takes the replaced member's slot and role with a fresh id and adapter name, a rating
+4. The child takes the replaced member's slot and role with a fresh id and adapter name, a rating
    reset to the prior (or the parent's mu with an inflated sigma), and a lineage record.
 
 It never touches a backend: parent weights come from the ``get_weights(adapter_name)`` callback
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from populora.policy.adapters import AdapterWeights
-from populora.population.members import Member, member_id
+from populora.population.members import STUDENT, TEACHER, Member, member_id
 from populora.population.operators import OPERATORS, get_operator, make_child, resolve_params
 from populora.population.ratings import Rating, RatingConfig, conservative_score, prior
 from populora.population.validation import ConfigError, check_in
@@ -47,7 +50,13 @@ class EvolutionConfig:
     """PBT settings; ``operator_params[name]`` overrides an operator's default parameters.
 
     ``child_rating="prior"`` resets a child to (mu0, sigma0); ``"inherit"`` gives it the (fitter)
-    parent's mu and ``min(sigma0, sigma_parent * inherit_sigma_scale)``.
+    parent's mu and ``min(sigma0, sigma_parent * inherit_sigma_scale)``. ``min_age`` is both the
+    age below which a member is not replaced and the number of steps a child must be able to
+    train before the run ends for evolution to run at all (see ``due``).
+
+    Every value here is ours (the paper's text as we have it gives none): a replacement every 10
+    steps of the bottom quarter, parents from the top half, an even split of crossovers and
+    mutations, the paper's eight operators equally likely within a kind.
     """
 
     interval: int = 10
@@ -94,8 +103,18 @@ class EvolutionConfig:
     def params(self, name: str) -> dict[str, int | float]:
         return resolve_params(name, self.operator_params.get(name))
 
-    def due(self, step: int) -> bool:
-        return step > 0 and step % self.interval == 0
+    def due(self, step: int, total_steps: int | None = None) -> bool:
+        """Whether evolution runs after ``step`` of a run of ``total_steps`` steps.
+
+        At positive multiples of ``interval`` only, and only where a child born now trains at
+        least ``max(1, min_age)`` steps before the run ends (``total_steps - step``): every member
+        of the exported population has then trained at least that long, and none is a newborn that
+        replaced a trained member at the last step. ``total_steps=None`` (an open-ended caller)
+        checks the interval alone; the self-play loop always passes the run's length.
+        """
+        if step <= 0 or step % self.interval != 0:
+            return False
+        return total_steps is None or total_steps - step >= max(1, self.min_age)
 
 
 @dataclass
@@ -123,9 +142,14 @@ def replace_weakest(
     rng: random.Random,
     get_weights: Callable[[str], AdapterWeights],
 ) -> list[Birth]:
-    """Children for the weakest members of ``role`` at ``step`` (empty when nothing is due)."""
+    """Children for the weakest members of ``role`` at ``step`` (the caller decides that it is due).
+
+    Only members in the bottom ``fraction`` of the role's ranking are candidates, and of those
+    only the ones at least ``min_age`` steps old: when the weakest are too young, fewer (or no)
+    members are replaced, never a stronger one in their place.
+    """
     pool = [m for m in members if m.role == role]
-    if not cfg.due(step) or cfg.fraction <= 0 or len(pool) < 2:
+    if cfg.fraction <= 0 or len(pool) < 2:
         return []
 
     def score(m: Member) -> float:
@@ -133,7 +157,8 @@ def replace_weakest(
 
     ranked = sorted(pool, key=lambda m: (-score(m), m.id))  # best first; ties broken by id
     n_replace = min(max(1, math.floor(cfg.fraction * len(pool))), len(pool) - 1)
-    victims = [m for m in reversed(ranked) if m.age(step) >= cfg.min_age][:n_replace]
+    zone = ranked[len(ranked) - n_replace:]  # the bottom of the ranking
+    victims = [m for m in reversed(zone) if m.age(step) >= cfg.min_age]  # weakest first
     survivors = [m for m in ranked if m not in victims]
     top = survivors[: max(1, math.ceil(cfg.top_fraction * len(pool)))]
 
@@ -178,23 +203,26 @@ def replace_weakest(
     return births
 
 
-def apply_births(members: Sequence[Member], births: Sequence[Birth]) -> list[Member]:
-    """The population with each replaced member swapped for its child, in place of it in the list."""
-    by_old = {b.replaced.id: b.child for b in births}
-    return [by_old.get(m.id, m) for m in members]
-
-
-def evolve_population(
+def pbt_step(
     members: Sequence[Member],
     step: int,
+    total_steps: int,
     cfg: EvolutionConfig,
     rating_cfg: RatingConfig,
     rng: random.Random,
     get_weights: Callable[[str], AdapterWeights] | Mapping[str, AdapterWeights],
-) -> tuple[list[Member], list[Birth]]:
-    """``replace_weakest`` for teachers then students; returns the new member list and the births."""
+) -> list[Birth]:
+    """One PBT step after training step ``step`` of ``total_steps``: the births, teachers first.
+
+    Empty when evolution is not due (``cfg.due(step, total_steps)``). ``members`` carry their
+    ratings; ``get_weights(adapter)`` (or a mapping) gives a parent's weights. Each ``Birth`` holds
+    the child member, its weights, the member it replaces and the lineage record; installing the
+    children is the caller's job.
+    """
+    if not cfg.due(step, total_steps):
+        return []
     getter = get_weights.__getitem__ if isinstance(get_weights, Mapping) else get_weights
-    births = []
-    for role in ("teacher", "student"):
+    births: list[Birth] = []
+    for role in (TEACHER, STUDENT):
         births += replace_weakest(members, role, step, cfg, rating_cfg, rng, getter)
-    return apply_births(members, births), births
+    return births

@@ -10,6 +10,11 @@ plus an ``r x r`` SVD), and the others work entry-wise on ``A`` and ``B``.
 Use ``make_child(name, parents, seed=..., **params)``: it checks the parents, validates and
 completes the parameters from the registry's defaults, runs the operator and checks the child.
 
+Defaults: the paper gives no parameter values we know of; each default is the public reference
+implementation's (lucidrains/populora) unless docs/operators.md gives a reason to differ (ours:
+``svd_perturb``'s out-of-span rotation, ``svd_mix`` taking the other parent's top components, no
+fallback noise on a constant tensor).
+
 Averaging factors is not averaging deltas. ``linear_0_5`` (and ``dare``, ``extrapolate``)
 combine ``A`` and ``B`` separately, as the paper does: ``(B1 + B2)/2 @ (A1 + A2)/2`` has cross
 terms ``B1 A2 + B2 A1`` that belong to neither parent, and a factorisation is only defined up to
@@ -50,6 +55,7 @@ class OperatorSpec:
     cost: str
     summary: str
     fn: Callable[..., AdapterWeights]
+    ordered: tuple[tuple[str, str], ...] = ()  # (low, high) parameter pairs that must satisfy low <= high
 
 
 OPERATORS: dict[str, OperatorSpec] = {}
@@ -64,10 +70,16 @@ def operator(
     bounds: Mapping[str, str] | None = None,
     stochastic: bool = True,
     cost: str = "",
+    ordered: Sequence[tuple[str, str]] = (),
 ):
-    """Register ``fn(parents, generator, **params) -> AdapterWeights`` under ``name``."""
+    """Register ``fn(parents, generator, **params) -> AdapterWeights`` under ``name``.
+
+    ``ordered`` lists ``(low, high)`` parameter pairs (a range to draw from) that must satisfy
+    ``low <= high``; ``resolve_params`` checks them, so a bad range fails when the config is read.
+    """
     defaults, bounds = dict(defaults or {}), dict(bounds or {})
-    if kind not in KINDS or parents not in (1, 2) or set(defaults) != set(bounds):
+    keys_ok = set(defaults) == set(bounds) and all(k in defaults for pair in ordered for k in pair)
+    if kind not in KINDS or parents not in (1, 2) or not keys_ok:
         raise ValueError(f"operator {name!r}: bad registration (kind {kind!r}, parents {parents}, keys)")
 
     def deco(fn):
@@ -75,7 +87,8 @@ def operator(
             raise ValueError(f"operator {name!r} registered twice")
         summary = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         OPERATORS[name] = OperatorSpec(
-            name, kind, parents, defaults, {k: interval(v) for k, v in bounds.items()}, stochastic, cost, summary, fn
+            name, kind, parents, defaults, {k: interval(v) for k, v in bounds.items()}, stochastic, cost, summary, fn,
+            tuple(tuple(pair) for pair in ordered),
         )
         return fn
 
@@ -103,6 +116,9 @@ def resolve_params(name: str, overrides: Mapping[str, Any] | None = None) -> dic
         if v not in spec.bounds[key]:
             raise OperatorError(f"operator {name!r}: parameter {key} must be in {spec.bounds[key].text}, got {value!r}")
         params[key] = v
+    for low, high in spec.ordered:
+        if params[low] > params[high]:
+            raise OperatorError(f"operator {name!r}: {low}={params[low]!r} is above {high}={params[high]!r}")
     return params
 
 
@@ -179,6 +195,18 @@ def _count(fraction: float, n: int) -> int:
     return 0 if fraction <= 0 else min(n, max(1, round(fraction * n)))
 
 
+def _split(rank: int, lo: float, hi: float, gen: torch.Generator) -> int:
+    """How many components come from the fitter: uniform over the integers k in [lo r, hi r].
+
+    Splits strictly inside (1 <= k <= r - 1) are preferred when the range holds one, so the child
+    takes from both parents; at rank 1 the child is one parent's only component (k in {0, 1}).
+    """
+    ks = list(range(math.ceil(lo * rank - 1e-9), math.floor(hi * rank + 1e-9) + 1))
+    inner = [k for k in ks if 0 < k < rank]
+    pool = inner or ks or [round((lo + hi) / 2 * rank)]
+    return pool[int(torch.randint(len(pool), (1,), generator=gen))]
+
+
 def _tilt(q: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tensor:
     """Rotate the subspace spanned by the orthonormal columns of ``q [n, k]`` by about ``eps`` radians.
 
@@ -222,7 +250,7 @@ def svd_perturb(parents, gen, *, sigma, rotation):
 
 @operator(
     "layer_gaussian", kind="mutation", parents=1,
-    defaults={"fraction": 0.25, "scale": 0.1}, bounds={"fraction": "[0, 1]", "scale": "[0, inf)"},
+    defaults={"fraction": 0.33, "scale": 0.1}, bounds={"fraction": "[0, 1]", "scale": "[0, inf)"},
     cost="one Gaussian draw per entry of the chosen modules",
 )
 def layer_gaussian(parents, gen, *, fraction, scale):
@@ -240,7 +268,7 @@ def layer_gaussian(parents, gen, *, fraction, scale):
 
 @operator(
     "component_mask", kind="mutation", parents=1,
-    defaults={"fraction": 0.125}, bounds={"fraction": "[0, 1]"},
+    defaults={"fraction": 0.3}, bounds={"fraction": "[0, 1]"},
     cost="QR of A^T and B, r x r SVD per module: O((in + out) r^2)",
 )
 def component_mask(parents, gen, *, fraction):
@@ -261,7 +289,7 @@ def component_mask(parents, gen, *, fraction):
 
 @operator(
     "full_gaussian", kind="mutation", parents=1,
-    defaults={"scale": 0.05}, bounds={"scale": "[0, inf)"},
+    defaults={"scale": 0.15}, bounds={"scale": "[0, inf)"},
     cost="one Gaussian draw per adapter entry",
 )
 def full_gaussian(parents, gen, *, scale):
@@ -278,7 +306,7 @@ def full_gaussian(parents, gen, *, scale):
 # -- crossovers -------------------------------------------------------------------------------
 @operator(
     "dare", kind="crossover", parents=2,
-    defaults={"drop": 0.5, "weight": 0.5}, bounds={"drop": "[0, 1)", "weight": "[0, 1]"},
+    defaults={"drop": 0.7, "weight": 0.5}, bounds={"drop": "[0, 1)", "weight": "[0, 1]"},
     cost="one uniform draw per entry of each parent",
 )
 def dare(parents, gen, *, drop, weight):
@@ -317,16 +345,18 @@ def layer_swap(parents, gen, *, p_fitter):
 
 @operator(
     "svd_mix", kind="crossover", parents=2,
-    defaults={"fraction_fitter": 0.5}, bounds={"fraction_fitter": "[0, 1]"}, stochastic=False,
+    defaults={"fraction_min": 0.0, "fraction_max": 1.0},
+    bounds={"fraction_min": "[0, 1]", "fraction_max": "[0, 1]"},
+    ordered=[("fraction_min", "fraction_max")],
     cost="two cheap SVDs per module: O((in + out) r^2)",
 )
-def svd_mix(parents, gen, *, fraction_fitter):
-    """Top-k singular components of the fitter (k = round(fraction_fitter r)), the top r - k of the other."""
+def svd_mix(parents, gen, *, fraction_min, fraction_max):
+    """Top-k singular components of the fitter plus the top r - k of the other, k drawn per module."""
     p1, p2 = parents
 
     def child(m):
         _svd_ready(p1, m, "svd_mix")
-        k = round(fraction_fitter * p1.rank)
+        k = _split(p1.rank, fraction_min, fraction_max, gen)
         (a1, b1), (a2, b2) = _f32(p1, m), _f32(p2, m)
         a_top, b_top = recompose(*lowrank_svd(a1, b1, rank=k), a_row_scale(a1))
         a_rest, b_rest = recompose(*lowrank_svd(a2, b2, rank=p1.rank - k), a_row_scale(a2))
@@ -337,12 +367,14 @@ def svd_mix(parents, gen, *, fraction_fitter):
 
 @operator(
     "extrapolate", kind="crossover", parents=2,
-    defaults={"eta": 0.25}, bounds={"eta": "[0, 0.5]"}, stochastic=False,
+    defaults={"eta_min": 0.0, "eta_max": 0.5}, bounds={"eta_min": "[0, 1]", "eta_max": "[0, 1]"},
+    ordered=[("eta_min", "eta_max")],
     cost="one fused multiply-add per entry",
 )
-def extrapolate(parents, gen, *, eta):
-    """Child = fitter + eta (fitter - other) on A and B: a step beyond the fitter parent, away from the other."""
+def extrapolate(parents, gen, *, eta_min, eta_max):
+    """Child = fitter + eta (fitter - other) on A and B, eta ~ U[eta_min, eta_max] once per child."""
     p1, p2 = parents
+    eta = eta_min + (eta_max - eta_min) * float(torch.rand((), generator=gen))
 
     def child(m):
         (a1, b1), (a2, b2) = _f32(p1, m), _f32(p2, m)

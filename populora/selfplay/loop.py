@@ -60,13 +60,14 @@ from populora.sandbox import Sandbox
 from populora.selfplay import stages
 from populora.selfplay.budget import Usage, budget_for
 from populora.selfplay.train import MemberGroup, train_member
-from populora.tasks.buffers import TaskBuffers, seed_buffers
+from populora.tasks.buffers import TaskBuffers
+from populora.tasks.seeds import generate_seed_buffers
 from populora.tasks.validation import ValidationConfig
 
 log = logging.getLogger(__name__)
 
 # purposes of the per-step random generators (never reorder: it would change every run)
-RNG_MATCH, RNG_PROPOSE, RNG_SOLVE, RNG_SELECT, RNG_EVOLVE, RNG_GEN_T, RNG_GEN_S = range(7)
+RNG_MATCH, RNG_PROPOSE, RNG_SOLVE, RNG_SELECT, RNG_EVOLVE, RNG_GEN_T, RNG_GEN_S, RNG_SEEDS, RNG_GEN_SEEDS = range(9)
 
 
 def step_seed(seed: int, step: int, purpose: int) -> int:
@@ -98,7 +99,7 @@ class SelfPlay:
         longest = max(cfg.selfplay.teacher_sampling.max_new_tokens, cfg.selfplay.student_sampling.max_new_tokens)
         self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs(),
                                     max_new_tokens=longest)
-        self.buffers: TaskBuffers = seed_buffers(self.sandbox, cfg.tasks.buffer_capacity, self.validation)
+        self.buffers: TaskBuffers | None = None  # seeded at the first step, or restored from a checkpoint
         self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
         self.members: dict[str, Member] = {}  # in slot order (see populora.distributed.placement)
         self.placement: dict[str, tuple[int, ...]] = {}
@@ -127,6 +128,8 @@ class SelfPlay:
         usage = {mid: Usage() for mid in self.members}
         metrics: dict = {}
         collective_s0 = self.comm.seconds
+        if self.buffers is None:
+            metrics.update(self._seed())
 
         # 1. matchmaking (PFSP over TrueSkill); the baseline agent plays against itself
         self.on_stage("matchmaking")
@@ -187,14 +190,15 @@ class SelfPlay:
         # 6. rewards: teachers from validity and rho; students' rewards are on their attempts
         records = stages.teacher_rewards(records, rho, pairs, cfg.tasks.teacher_reward)
 
-        # 7. ratings: one TrueSkill game per (teacher, student) pair
+        # 7. ratings: each role rated on its own RL reward against its opponent (docs/population.md)
         self.on_stage("ratings")
         if not self.baseline:
-            games, outcomes = stages.match_results(pairs, records, rho, cfg)
-            new = ratings.update({m.id: m.rating for m in self.members.values()}, games, outcomes, cfg.ratings)
+            games = stages.rating_games(pairs, records, groups)
+            new, results = ratings.play({m.id: m.rating for m in self.members.values()}, games, cfg.ratings)
             for mid, r in new.items():
                 self.members[mid].rating = r
-            metrics.update({f"match/{tid}/{sid}": stages.OUTCOME_SCORE[o] for (tid, sid), o in zip(games, outcomes)})
+            metrics.update({f"match/{r.game.member}/{r.game.opponent}": ratings.OUTCOME_SCORE[r.outcome]
+                            for r in results})
 
         # 8. train: one policy update per member on exactly its budget of sequences
         self.on_stage("train")
@@ -205,14 +209,22 @@ class SelfPlay:
             metrics.update({f"train/{mid}/{k}": v for k, v in stats.items()})
         timings["time/train_s"] = time.perf_counter() - t
 
-        # rates of this step's members, before evolution replaces any of them
+        # rates and ratings of this step's members, before evolution replaces any of them
         metrics.update(stages.step_metrics(self.members, records, groups))
+        if not self.baseline:
+            for m in self.members.values():
+                metrics[f"member/{m.id}/mu"] = m.rating.mu
+                metrics[f"member/{m.id}/sigma"] = m.rating.sigma
 
-        # 9. every k steps: PBT replacement of the weakest per role by evolved children
+        # 9. every k steps, where children can still train min_age steps: PBT replacement of the
+        #    weakest per role by evolved children
         self.on_stage("evolve")
         t = time.perf_counter()
-        if not self.baseline and cfg.evolution.due(step):
+        if not self.baseline and cfg.evolution.due(step, cfg.selfplay.steps):
             metrics["evolution/replaced"] = self._evolve(step)
+            for m in self.members.values():  # the population that goes on (children included)
+                metrics[f"population/{m.id}/mu"] = m.rating.mu
+                metrics[f"population/{m.id}/sigma"] = m.rating.sigma
         timings["time/evolve_s"] = time.perf_counter() - t
 
         # 10. valid tasks join the buffers (deduplicated, capacity-bounded) and the run's task log
@@ -227,10 +239,6 @@ class SelfPlay:
 
         for mid, u in usage.items():
             metrics.update(u.as_metrics(mid))
-        if not self.baseline:
-            for m in self.members.values():
-                metrics[f"member/{m.id}/mu"] = m.rating.mu
-                metrics[f"member/{m.id}/sigma"] = m.rating.sigma
         timings["time/collectives_s"] = self.comm.seconds - collective_s0
         metrics.update(timings)
         if self.comm.is_main:
@@ -262,6 +270,10 @@ class SelfPlay:
             return []
         sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
                                   n=n, seed=seed)
+        return self._generate_shared(requests, sampling, metrics, role)
+
+    def _generate_shared(self, requests, sampling: SamplingParams, metrics: dict, role: str):
+        """``requests`` (each with its ``index``) dealt round robin over the ranks, results gathered."""
         share = place.mine(place.round_robin(len(requests), self.comm.world), self.comm.rank)
         local, error = [None] * len(share), None
         if share:
@@ -328,6 +340,26 @@ class SelfPlay:
         self.placement = place.place(slots, self.comm.world)
         self.comm.prepare_groups(self.placement)
 
+    def _seed(self) -> dict:
+        """The buffers' first tasks, as the run config says (``tasks.seeds``): written by the base model
+        as AZR does, or the hand-written set; returns the seeding metrics (``seeds/*``)."""
+        cfg = self.cfg
+        sc = cfg.selfplay.teacher_sampling
+        sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
+                                  seed=step_seed(cfg.seed, 0, RNG_GEN_SEEDS))
+        errors: dict = {}
+
+        class BaseModel:  # the base model's generation, shared over the ranks (adapter None: no LoRA)
+            generate = staticmethod(lambda requests, sp: self._generate_shared(
+                [GenerationRequest(r.prompt, r.adapter, i) for i, r in enumerate(requests)], sp, errors, "seed"))
+
+        report = generate_seed_buffers(
+            BaseModel(), self.sandbox, cfg.tasks.seeds, sampling, step_rng(cfg.seed, 0, RNG_SEEDS),
+            references=cfg.tasks.references, wrap=self._format, prefill=lambda tt: self._prefill("teacher", tt),
+            validation=self.validation, capacity=cfg.tasks.buffer_capacity)
+        self.buffers = report.buffers
+        return {**report.as_metrics(), **errors}
+
     def _hosts(self, member_id: str) -> bool:
         """Whether this rank trains the member (holds its optimizer state)."""
         return self.comm.rank in self.placement[member_id]
@@ -338,13 +370,9 @@ class SelfPlay:
         Every rank makes the same decisions and children (same ratings, same seeded generator, the same
         parents' weights: every rank holds them); a child takes its predecessor's slot and ranks.
         """
-        rng = step_rng(self.cfg.seed, step, RNG_EVOLVE)
-        births = []
-        for role in ("teacher", "student"):
-            births += evolution.replace_weakest(
-                list(self.members.values()), role, step, self.cfg.evolution, self.cfg.ratings, rng,
-                get_weights=self.backend.get_weights,
-            )
+        births = evolution.pbt_step(list(self.members.values()), step, self.cfg.selfplay.steps, self.cfg.evolution,
+                                    self.cfg.ratings, step_rng(self.cfg.seed, step, RNG_EVOLVE),
+                                    get_weights=self.backend.get_weights)
         for birth in births:
             old = birth.replaced
             ranks = self.placement.pop(old.id)

@@ -33,7 +33,6 @@ from populora.tasks.records import Attempt, Proposal, Task, Verdict, reason_kind
 
 log = logging.getLogger(__name__)
 
-OUTCOME_SCORE = {ratings.STUDENT_WINS: 1.0, ratings.DRAW: 0.5, ratings.TEACHER_WINS: 0.0}  # student's score
 __all__ = ["GENERATION_ERROR", "SANDBOX_ERROR", "ProposalJob", "ProposalRecord", "Seq", "SolveGroup"]
 
 
@@ -221,16 +220,21 @@ def teacher_rewards(records: Sequence[ProposalRecord], rho: Mapping[tuple[str, s
 
 
 # -- 7. ratings --------------------------------------------------------------------------------------
-def match_results(pairs: Mapping[str, str], records: Sequence[ProposalRecord],
-                  rho: Mapping[tuple[str, str], float], cfg: Config) -> tuple[list[tuple[str, str]], list[str]]:
-    """One game per (teacher, student) pair, decided by the student's mean solve rate."""
-    games, outcomes = [], []
-    for tid, sid in sorted(pairs.items()):
-        rhos = [rho[(sid, r.task.id)] for r in records
-                if r.member_id == tid and r.valid and (sid, r.task.id) in rho]
-        games.append((tid, sid))
-        outcomes.append(ratings.match_outcome(mean(rhos) if rhos else None, len(rhos), cfg.ratings.margin))
-    return games, outcomes
+def rating_games(pairs: Mapping[str, str], records: Sequence[ProposalRecord],
+                 groups: Sequence[SolveGroup]) -> list[ratings.Game]:
+    """The step's rated games: each teacher on the rewards of its proposals that carry a signal, each
+    student on its rewards for the attempts at its matched teacher's fresh valid tasks (infrastructure
+    losses left out). See ``populora.population.ratings``."""
+    t_rewards: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r.reward is not None and r.member_id in pairs:
+            t_rewards[r.member_id].append(r.reward)
+    s_rewards: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for g in groups:
+        teacher = g.task.teacher_id
+        if g.fresh and pairs.get(teacher) == g.student_id:
+            s_rewards[(g.student_id, teacher)] += [a.reward for a in g.scored]
+    return ratings.step_games(pairs, t_rewards, s_rewards)
 
 
 # -- 8. training batches -----------------------------------------------------------------------------
