@@ -64,6 +64,8 @@ class TaskEnvConfig:
     # False: completions without <answer> tags are read whole (fenced blocks still required). For
     # small models that write code blocks but ignore the tags (SmolLM2-135M in the CPU demo).
     require_answer_tag: bool = True
+    # AZR's format check: the completion closes its reasoning (</think>) and then answers (<answer>)
+    require_think: bool = True
     # True: prompts end with an opened answer block (``tasks.prompts.TEACHER_PREFILL`` /
     # ``STUDENT_PREFILL``) so that a small model only continues the code or the value.
     answer_prefill: bool = False

@@ -37,6 +37,23 @@ def straight_run(tmp_path_factory) -> Path:
     return rd
 
 
+def test_every_exported_member_trained_at_least_min_age_steps(straight_run: Path):
+    """The exported population holds no newborn: evolution runs only where a child trains
+    evolution.min_age steps before the end (tiny: interval 3, min_age 2, 6 steps: at step 3 only)."""
+    from populora.config import load_config
+
+    cfg = load_config(TINY)
+    members = json.loads((straight_run / "members.json").read_text())
+    assert any(m["operator"] for m in members)  # evolution did run (at step 3) ...
+    for m in members:  # ... and every member of the final population trained long enough
+        assert cfg.selfplay.steps - m["born_step"] >= cfg.evolution.min_age, m
+    rows = read_metrics(straight_run)
+    assert [r["step"] for r in rows if "evolution/replaced" in r] == [3]
+    # ratings before evolution (member/*) and of the population that goes on (population/*)
+    step3 = rows[2]
+    assert any(k.startswith("population/") for k in step3) and not any(k.startswith("population/") for k in rows[5])
+
+
 def test_run_directory_is_complete(straight_run: Path):
     rd = straight_run
     for name in ("config.yaml", "metrics.jsonl", "lineage.jsonl", "members.json", "summary.json", "examples.jsonl"):

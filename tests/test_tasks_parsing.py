@@ -143,3 +143,16 @@ def test_answer_tag_can_be_optional_for_small_models():
     s2 = "```output\n1\n```<answer>```output\n2\n```</answer>"
     assert parse_student_answer(s2, "code_o", require_answer_tag=False).answer == "2"
     assert parse_student_answer("no blocks at all", "code_i", require_answer_tag=False).format_ok is False
+
+
+def test_azr_think_format_check_when_required():
+    from populora.tasks.parsing import parse_proposal as parse
+
+    answer = "<answer>\n```output\n[1, 2]\n```\n</answer>"
+    assert parse_student_answer(answer, CODE_O).format_ok  # off by default in the library
+    assert not parse_student_answer(answer, CODE_O, require_think=True).format_ok  # never closed </think>
+    assert parse_student_answer("reasoning</think> " + answer, CODE_O, require_think=True).format_ok
+    assert not parse_student_answer("a</think> b " + answer, CODE_O, require_think=True).format_ok  # text between
+    teacher = "plan</think>\n<answer>\n```python\ndef f(x):\n    return x\n```\n```input\n1\n```\n</answer>"
+    assert parse(teacher, CODE_O, require_think=True).reason is None
+    assert parse(teacher.replace("</think>", ""), CODE_O, require_think=True).reason == FORMAT

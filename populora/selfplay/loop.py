@@ -159,7 +159,7 @@ class SelfPlay:
         self.on_stage("validate")
         t = time.perf_counter()
         records = stages.parse_proposals(records, step, cfg.tasks.require_answer_tag,
-                                         lambda task_type: self._prefill("teacher", task_type))
+                                         lambda task_type: self._prefill("teacher", task_type), cfg.tasks.require_think)
         records = self._split(records, lambda share: stages.validate(share, self.sandbox, self.validation, metrics),
                               metrics)
         timings["time/validate_s"] = time.perf_counter() - t
@@ -182,7 +182,8 @@ class SelfPlay:
         self.on_stage("check")
         t = time.perf_counter()
         groups = self._split(groups, lambda share: stages.check(share, self.sandbox, metrics, cfg.tasks.require_answer_tag,
-                                                                lambda task: self._prefill("student", task.type)),
+                                                                lambda task: self._prefill("student", task.type),
+                                                                cfg.tasks.require_think),
                              metrics)
         rho = stages.solve_rates(groups)
         timings["time/check_s"] = time.perf_counter() - t

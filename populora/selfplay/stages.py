@@ -81,7 +81,8 @@ def with_generations(records: Sequence, gens: Sequence[GenerationResult | None])
 
 
 def parse_proposals(records: Sequence[ProposalRecord], step: int, require_answer_tag: bool = True,
-                    prefill: Callable[[str], str] = lambda task_type: "") -> list[ProposalRecord]:
+                    prefill: Callable[[str], str] = lambda task_type: "", require_think: bool = False
+                    ) -> list[ProposalRecord]:
     """Parse each teacher completion; ``prefill(type)`` is the part of the answer written into the prompt."""
     out = []
     for r in records:
@@ -92,7 +93,7 @@ def parse_proposals(records: Sequence[ProposalRecord], step: int, require_answer
         else:
             p = parsing.parse_proposal(prefill(job.task_type) + gen.completions[0].text, job.task_type,
                                        program=job.program, teacher_id=job.member_id, step=step,
-                                       require_answer_tag=require_answer_tag)
+                                       require_answer_tag=require_answer_tag, require_think=require_think)
         out.append(replace(r, proposal=p))
     return out
 
@@ -159,7 +160,7 @@ def student_question(task: Task, cfg: Config) -> str:
 
 # -- 5. check ----------------------------------------------------------------------------------------
 def check(groups: Sequence[SolveGroup], sandbox, metrics: dict, require_answer_tag: bool = True,
-          prefill: Callable[[Task], str] = lambda task: "") -> list[SolveGroup]:
+          prefill: Callable[[Task], str] = lambda task: "", require_think: bool = False) -> list[SolveGroup]:
     """Parse and check every rollout in one sandbox batch. Never raises on model text.
 
     ``prefill(task)`` is the part of the answer that was written into the student's prompt. When the
@@ -171,7 +172,8 @@ def check(groups: Sequence[SolveGroup], sandbox, metrics: dict, require_answer_t
     try:
         judged_some = checking.check_many([(flat[k][0].task, prefill(flat[k][0].task) + flat[k][1].text)
                                            for k in to_judge], sandbox,
-                                          checking.CheckConfig(require_answer_tag=require_answer_tag))
+                                          checking.CheckConfig(require_answer_tag=require_answer_tag,
+                                                               require_think=require_think))
     except Exception as e:
         log.exception("checking failed for %d attempts", len(flat))
         metrics["errors/check"] = 1

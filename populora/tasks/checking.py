@@ -35,6 +35,7 @@ class CheckConfig:
     fractional: bool = False  # code_f: score = fraction of hidden pairs matched
     require_fence: bool = False  # accept a bare <answer> payload when it holds no fenced block
     require_answer_tag: bool = True  # False: read a completion without <answer> tags whole (small models)
+    require_think: bool = False  # AZR's format check: </think> then <answer> (the run default: on)
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # entry name, AST check
 
 
@@ -54,7 +55,8 @@ def check_many(
     runs: list[tuple[int, CheckRun, int]] = []  # (item index, run, first program)
     programs = []
     for i, (task, completion) in enumerate(items):
-        parsed = parse_student_answer(completion, task.type, cfg.require_fence, cfg.require_answer_tag)
+        parsed = parse_student_answer(completion, task.type, cfg.require_fence, cfg.require_answer_tag,
+                                      cfg.require_think)
         if not parsed.format_ok:
             results[i] = Judgement(None, False, False, 0.0, FORMAT)
             continue

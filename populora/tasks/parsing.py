@@ -15,6 +15,8 @@ Completions follow the R1 wrapper: reasoning inside ``<think>...</think>``, answ
 
 Rules (the same for teachers and students):
 
+- with ``require_think`` (AZR's format check, the run default) the completion must first close its
+  reasoning with ``</think>`` and then open ``<answer>``;
 - the answer is the text between the **last** ``<answer>`` and the first ``</answer>`` after it (so a
   draft answer in the reasoning is ignored, and in ``<answer><answer>x</answer></answer>`` the answer
   is ``x``); an unclosed last ``<answer>`` (a truncated generation) is a format failure;
@@ -116,13 +118,24 @@ class StudentAnswer:
     reason: str | None = None
 
 
+def think_format_ok(text: str) -> bool:
+    """AZR's format check (``tasks.require_think``): the completion, which continues the prompt's
+    ``<think>``, closes its reasoning with ``</think>`` and then answers in ``<answer>...</answer>``."""
+    from populora.tasks.azr_templates import r1_format_ok
+
+    return isinstance(text, str) and r1_format_ok(text)
+
+
 def parse_student_answer(
-    text: str, task_type: str, require_fence: bool = False, require_answer_tag: bool = True
+    text: str, task_type: str, require_fence: bool = False, require_answer_tag: bool = True,
+    require_think: bool = False,
 ) -> StudentAnswer:
     """Extract and grammar-check a student's answer for a task of ``task_type``. Never raises on model text."""
     from populora.tasks.kinds import get_kind
 
     kind = get_kind(task_type)
+    if require_think and not think_format_ok(text):
+        return StudentAnswer(None, False, FORMAT)
     payload = answer_field(text, kind.student_block, require_fence, require_answer_tag)
     try:
         ok = payload is not None and kind.answer_ok(payload)
@@ -140,6 +153,7 @@ def parse_proposal(
     teacher_id: str = "",
     step: int = 0,
     require_answer_tag: bool = True,
+    require_think: bool = False,
 ) -> Proposal:
     """Parse a teacher completion into a ``Proposal``: the kind reads its answer block (``program`` is
     the buffer program a ``given_program`` kind's teacher was given). Never raises on model text."""
@@ -150,6 +164,6 @@ def parse_proposal(
         raise ValueError(f"parse_proposal: a {task_type} proposal needs the program given to the teacher")
     common = dict(type=task_type, teacher_id=teacher_id, step=step, completion=text if isinstance(text, str) else "")
     answer = extract_answer(text, require_answer_tag)
-    if answer is None:
+    if answer is None or (require_think and not think_format_ok(text)):
         return Proposal(program=program or "", reason=FORMAT, **common)
     return kind.parse_proposal(answer, program, common)
