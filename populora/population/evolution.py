@@ -103,18 +103,17 @@ class EvolutionConfig:
     def params(self, name: str) -> dict[str, int | float]:
         return resolve_params(name, self.operator_params.get(name))
 
-    def due(self, step: int, total_steps: int | None = None) -> bool:
+    def due(self, step: int, total_steps: int) -> bool:
         """Whether evolution runs after ``step`` of a run of ``total_steps`` steps.
 
         At positive multiples of ``interval`` only, and only where a child born now trains at
         least ``max(1, min_age)`` steps before the run ends (``total_steps - step``): every member
         of the exported population has then trained at least that long, and none is a newborn that
-        replaced a trained member at the last step. ``total_steps=None`` (an open-ended caller)
-        checks the interval alone; the self-play loop always passes the run's length.
+        replaced a trained member at the last step.
         """
         if step <= 0 or step % self.interval != 0:
             return False
-        return total_steps is None or total_steps - step >= max(1, self.min_age)
+        return total_steps - step >= max(1, self.min_age)
 
 
 @dataclass
