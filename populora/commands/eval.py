@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
     p.add_argument("--lcb-release", default="release_v5")
     p.add_argument("--lcb-start", default="2024-08-01", help="first contest date (ISO), inclusive")
-    p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), exclusive")
+    p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), inclusive (as LCB)")
+    p.add_argument("--lcb-timeout", type=int, default=6, help="LiveCodeBench per-test alarm in seconds (LCB: 6)")
     p.add_argument("--skip-missing", action="store_true", help="skip benchmarks whose data is not available (says which)")
     p.add_argument("--shard", default="0/1", help="i/N: this process's share of adapter x benchmark x slice")
     p.add_argument("--stage", default="all", choices=("all", "generate", "merge", "score"))
@@ -52,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", help="generations and scores (default: <first run>/eval/work)")
     p.add_argument("--evalplus-max-memory-gb", type=float,
                    help="address-space limit of EvalPlus test processes (default: EvalPlus's 4 GiB)")
+    p.add_argument("--evalplus-parallel", type=int, help="EvalPlus workers (default: EvalPlus's own, cpu_count // 2)")
+    p.add_argument("--chunk-size", type=int,
+                   help="requests per generate call (default: vLLM all pending of a benchmark, HF one batch)")
     p.add_argument("--cache-dir", help="EvalPlus data/ground-truth cache (default $POPULORA_CACHE/evalplus)")
     p.set_defaults(func=run_eval)
 
@@ -64,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     from eval.benchmarks import BENCHMARKS, BenchmarkDataError, resolve_benchmarks
     from eval.generate import ShardError, parse_shard
-    from eval.pipeline import EvalSettings, evaluate_runs, load_benchmarks
+    from eval.pipeline import evaluate_runs, load_benchmarks
+    from eval.settings import EvalSettings
 
     try:
         benches = resolve_benchmarks(args.benchmarks)
@@ -78,8 +83,9 @@ def run_eval(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size, template=args.template, benchmarks=benches, max_new_tokens=budgets,
             limit=args.limit, slice_size=args.slice_size, shard=parse_shard(args.shard), data_dir=args.data_dir,
             data_paths=dict(args.data), lcb_release=args.lcb_release, lcb_start=args.lcb_start or None,
-            lcb_end=args.lcb_end or None, cache_dir=args.cache_dir, include_base=not args.no_base,
-            evalplus_max_memory_gb=args.evalplus_max_memory_gb, check_base=not args.skip_base_check,
+            lcb_end=args.lcb_end or None, lcb_timeout_s=args.lcb_timeout, cache_dir=args.cache_dir,
+            include_base=not args.no_base, evalplus_max_memory_gb=args.evalplus_max_memory_gb,
+            evalplus_parallel=args.evalplus_parallel, chunk_size=args.chunk_size, check_base=not args.skip_base_check,
         )
         if args.skip_missing:
             kept = []
