@@ -49,11 +49,21 @@ def test_eval_every_benchmark_then_leaderboard(runs, tmp_path, capsys):
     keys = {r["key"] for r in scores["rows"]}
     assert keys == {"pop__t0", "pop__s0", "base"}
     assert {r["column"] for r in scores["rows"]} >= {"HumanEval+", "MBPP+", "LiveCodeBench", "gsm8k", "olympiadbench"}
-    assert all(0.0 <= r["value"] <= 1.0 and r["n"] == 1 for r in scores["rows"])
-    assert scores["provenance"]["data"]["gsm8k"]["sha256"] == BENCHMARKS["gsm8k"].sha256
+    assert all(0.0 <= r["value"] <= 1.0 and r["n"] == 1 and 0.0 <= r["ci95"][0] <= r["ci95"][1] <= 1.0 for r in scores["rows"])
+    prov = scores["provenance"]
+    assert prov["data"]["gsm8k"]["sha256"] == BENCHMARKS["gsm8k"].sha256
+    assert prov["backend"] == "hf" and prov["libraries"]["evalplus"] and prov["scorers"]["livecodebench"]["test_timeout_s"] == 6
+    assert prov["stop"]["gsm8k"] == ["\nQuestion:"] and prov["runs"]["pop"]["members"]["t0"]["rank"] == 8
     gen = tmp_path / "work" / "merged" / "single__b0" / "livecodebench.jsonl"
     rec = json.loads(gen.read_text().splitlines()[0])
     assert rec["item_id"] == "toy001" and rec["max_new_tokens"] == 8 and rec["template"] == "base"
+    assert rec["stop"] == ["\n```"]
+    for b in ("gsm8k", "humaneval_plus"):  # the real engine honoured the stop strings
+        for line in (tmp_path / "work" / "merged" / "pop__t0" / f"{b}.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            assert not any(stop in r["completion"] for stop in r["stop"])
+    verdict = json.loads((tmp_path / "work" / "verdicts" / "pop__s0" / "humaneval_plus.jsonl").read_text().splitlines()[0])
+    assert set(verdict["metrics"]) == {"base", "plus"} and "reason" in verdict
 
     # resuming generates nothing new
     capsys.readouterr()
@@ -63,7 +73,8 @@ def test_eval_every_benchmark_then_leaderboard(runs, tmp_path, capsys):
     out = tmp_path / "board"
     assert main(["leaderboard", str(runs / "pop"), str(runs / "single"), "--out", str(out)]) == 0
     md = (out / "leaderboard.md").read_text()
-    for label in ("pop / teacher / t0", "pop / student / s0", "single / baseline / b0", "base model", "population mean"):
+    for label in ("run pop", "t0 (teacher)", "s0 (student)", "run single", "b0 (baseline)",
+                  "base model tiny, evaluated with run pop, single", "population mean"):
         assert label in md
     assert (out / "leaderboard.csv").is_file() and "base64," in (out / "leaderboard.html").read_text()
 
