@@ -199,3 +199,20 @@ def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
     assert not (tmp_path / "w").exists()  # refused before anything was generated
     assert main([*args, "--skip-base-check"]) == 0
     assert json.loads((tmp_path / "w" / "scores.json").read_text())["rows"]
+
+
+def test_engine_lora_rank_comes_from_the_adapters(tmp_path):
+    """vLLM sizes max_lora_rank from config.lora.rank: it must be the adapters' rank, not a default."""
+    from eval.engine import make_engine
+    from eval.runs import init_run
+    from eval.settings import EvalSettings
+
+    probe = make_engine(EvalSettings(model="tiny"), [])
+    shapes = probe.module_shapes()
+    probe.close()
+    adapters = init_run(tmp_path / "r", shapes, [("a", "student"), ("b", "student")], rank=48)
+    engine = make_engine(EvalSettings(model="tiny"), adapters)
+    try:
+        assert engine.config.lora.rank == 48 and sorted(engine.adapter_names()) == ["r__a", "r__b"]
+    finally:
+        engine.close()
