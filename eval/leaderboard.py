@@ -217,9 +217,9 @@ def chart_png(cols, table) -> bytes:
                 continue
             jitter = [x + 0.08 * (k - (len(ys) - 1) / 2) for k in range(len(ys))]
             handles["member"] = ax.scatter(jitter, ys, s=14, color="#555", zorder=3, label="member")
-            handles["mean"] = ax.scatter([x], [statistics.fmean(ys)], marker="D", s=40, color="#1f5fbf", zorder=4,
+            handles["population mean"] = ax.scatter([x], [statistics.fmean(ys)], marker="D", s=40, color="#1f5fbf", zorder=4,
                                          label="population mean")
-            handles["min"] = ax.scatter([x], [min(ys)], marker="v", s=40, color="#c0392b", zorder=4, label="population min")
+            handles["population min"] = ax.scatter([x], [min(ys)], marker="v", s=40, color="#c0392b", zorder=4, label="population min")
             top = max(top, *ys)
         refs = [t for t in table if t["role"] in ("baseline", "base")]
         for k, t in enumerate(refs):

@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 from conftest import chromium_binary
+from test_eval_leaderboard import PROV, _row, _write
 
 from eval.leaderboard import GROUPS, write_leaderboard
-from test_eval_leaderboard import PROV, _row, _write
 
 WIDTH = 1400
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

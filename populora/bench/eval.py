@@ -112,10 +112,17 @@ def run_generation(args: argparse.Namespace) -> int:
     return 0
 
 
-def _timed(cmd: list[str], env: dict) -> tuple[float, subprocess.CompletedProcess]:
+def _timed(cmd: list[str], env: dict) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Wall seconds, CPU seconds (user + system of the command and all its children), result."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
-    return time.perf_counter() - t0, proc
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc
 
 
 def run_scoring(args: argparse.Namespace) -> int:
@@ -150,29 +157,34 @@ def run_scoring(args: argparse.Namespace) -> int:
             return [sys.executable, "-m", "evalplus.evaluate", "--dataset", "humaneval", "--samples", str(d / "samples.jsonl"),
                     "--parallel", str(parallel)]
 
-        warm, proc = _timed(ours, env)  # computes EvalPlus's ground truth once, into the shared cache
+        warm, _, proc = _timed(ours, env)  # computes EvalPlus's ground truth once, into the shared cache
         if proc.returncode != 0:
             print(proc.stderr[-2000:])
             return 1
         times: dict[str, list[float]] = {"populora score": [], "evalplus.evaluate": []}
+        cpus: dict[str, list[float]] = {"populora score": [], "evalplus.evaluate": []}
         for k in range(args.rounds):
             for name in ("populora score", "evalplus.evaluate"):
                 cmd = ours if name == "populora score" else theirs(k)
-                t, proc = _timed(cmd, env)
+                t, c, proc = _timed(cmd, env)
                 if proc.returncode != 0:
                     print(f"{name} failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-2000:]}")
                     return 1
                 times[name].append(t)
+                cpus[name].append(c)
         agg = json.loads((tmp / "ours.jsonl").read_text().splitlines()[-1])["aggregate"]["metrics"]
         res = json.loads((tmp / f"evalplus-{args.rounds - 1}" / "samples_eval_results.json").read_text())["eval"]
         base = sum(r[0]["base_status"] == "pass" for r in res.values())
         plus = sum(r[0]["base_status"] == "pass" and r[0]["plus_status"] == "pass" for r in res.values())
     med = {k: statistics.median(v) for k, v in times.items()}
+    cmed = {k: statistics.median(v) for k, v in cpus.items()}
     print(f"scoring: {len(canon)} HumanEval+ canonical solutions, {parallel} worker(s) for both tools, "
           f"{args.rounds} alternating rounds (ground-truth cache warmed first: {warm:.1f} s)")
     for name, ts in times.items():
-        print(f"  {name:18s}: " + ", ".join(f"{t:6.2f}" for t in ts) + f" s  (median {med[name]:.2f} s)")
-    print(f"  ratio (populora score / evalplus.evaluate, medians): {med['populora score'] / med['evalplus.evaluate']:.2f}x")
+        print(f"  {name:18s}: wall " + ", ".join(f"{t:6.2f}" for t in ts) + f" s (median {med[name]:.2f} s); CPU "
+              + ", ".join(f"{c:6.2f}" for c in cpus[name]) + f" s (median {cmed[name]:.2f} s)")
+    print(f"  ratio (populora score / evalplus.evaluate, medians): {med['populora score'] / med['evalplus.evaluate']:.2f}x wall, "
+          f"{cmed['populora score'] / cmed['evalplus.evaluate']:.2f}x CPU")
     print(f"  passed base/plus: populora {round(agg['HumanEval']['pass@1'] * len(canon))}/"
           f"{round(agg['HumanEval+']['pass@1'] * len(canon))}, evalplus {base}/{plus} of {len(canon)}")
     return 0
