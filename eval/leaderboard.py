@@ -182,6 +182,7 @@ def _provenance_lines(provs: dict[str, dict]) -> list[str]:
             stops = (p.get("stop") or {}).get(b)
             lines.append(f"  {b}: {d['version']} ({d['n_items']} items{window}), sha256 {digest[:16] if d.get('sha256') else digest}, "
                          f"max new tokens {p['max_new_tokens'].get(b)}" + (f", stop {stops!r}" if stops is not None else ""))
+            lines.extend(f"  WARNING: {w}" for w in d.get("warnings") or [])
     for run, p in provs.items():
         info = (p.get("runs") or {}).get(run)
         if not info:

@@ -90,7 +90,8 @@ def provenance(s: EvalSettings, items: Mapping[str, Sequence[Item]], run_dirs: S
     data = {}
     for b in items:
         opts = s.lcb_options() if BENCHMARKS[b].loader else {}
-        data[b] = {**data_fingerprint(b, s.data_dir, s.data_paths.get(b), **opts), "n_items": len(items[b])}
+        data[b] = {**data_fingerprint(b, s.data_dir, s.data_paths.get(b), **opts), "n_items": len(items[b]),
+                   "warnings": kind_of(BENCHMARKS[b]).warnings(items[b])}
     return {
         "model": s.model, "backend": s.backend, "dtype": s.dtype, "template": s.template,
         "decoding": "greedy (temperature 0), pass@1", "max_new_tokens": s.budgets(), "limit": s.limit,

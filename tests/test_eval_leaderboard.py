@@ -20,7 +20,7 @@ PROV = {"model": "tiny", "backend": "hf", "dtype": "auto", "template": "base", "
         "scorers": {"evalplus": {"parallel": 1, "min_time_limit_s": 1.0, "gt_time_limit_factor": 4.0, "max_memory_gb": 4.0},
                     "livecodebench": {"test_timeout_s": 6, "release": "release_v5", "window": ["2024-08-01", "2025-02-01"]}},
         "data": {"gsm8k": {"benchmark": "gsm8k", "version": "GSM8K test (1319)", "file": "test.jsonl", "sha256": "37" * 32,
-                           "n_items": 10}}}
+                           "n_items": 10, "warnings": ["gsm8k: a warning the user must see"]}}}
 
 
 def _row(run, member, role, column, value, n=10):
@@ -90,6 +90,7 @@ def test_files_written_with_blanks_counts_and_intervals(tmp_path):
     assert "GSM8K test (1319)" in md and "commit abc123" in md and "max new tokens 8" in md and "stop ['\\nQuestion:']" in md
     assert "backend hf" in md and "evalplus 0.3.1" in md and "4.0 GiB per test process" in md and "6 s per test" in md
     assert "run pop: trained 3 steps (finished)" in md and "LoRA rank 8" in md
+    assert "WARNING: gsm8k: a warning the user must see" in md
     rows = list(csv.DictReader(paths["csv"].open()))
     s0 = next(r for r in rows if r["member"] == "s0")
     lo, hi = wilson_interval(6, 10)
