@@ -88,6 +88,13 @@ def _bump(num: str) -> str:
     return str(int(num) + 1)
 
 
+def math_instruction(question: str) -> str:
+    """The un-templated instruction of a math item (shared with the lm-eval tasks)."""
+    from eval.prompts import MATH_INSTRUCTION
+
+    return f"{question.strip()}\n{MATH_INSTRUCTION}"
+
+
 # -- the benchmark kind ----------------------------------------------------------------------------
 BASE_STOPS = ("\nQuestion:",)  # ours: the base frame is "Question: ... Answer:"; a new question is invented text
 
@@ -98,9 +105,9 @@ class MathKind(BenchmarkKind):
     name = "math"
 
     def prompt(self, item, template: str, tokenizer=None) -> str:
-        from eval.prompts import MATH_INSTRUCTION, wrap_math
+        from eval.prompts import wrap_math
 
-        return wrap_math(f"{item.question.strip()}\n{MATH_INSTRUCTION}", template, tokenizer)
+        return wrap_math(math_instruction(item.question), template, tokenizer)
 
     def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
         from eval.prompts import template_stops
