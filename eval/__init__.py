@@ -7,14 +7,19 @@ as leaderboards.
 
 Modules:
 
-- ``benchmarks``     the benchmark registry and loaders (EvalPlus, math sets), checksums, data dir
-- ``livecodebench``  LiveCodeBench ``code_generation_lite`` loader (safe private-test decoding)
-- ``prompts``        prompt templates (base / chat / r1) per benchmark kind
-- ``math_answers``   gold answers per math set, answer equivalence with ``math-verify``
-- ``runs``           the run layout reader (which adapters a run has)
+- ``benchmarks``     the benchmark registry (``BenchmarkSpec`` per benchmark) and loaders, checksums
+- ``kinds``          the ``BenchmarkKind`` interface (prompt, stops, extraction, scorer) and its registry
+- ``settings``       ``EvalSettings``, the one settings record of an evaluation
+- ``engine``         ``make_engine``: the generation engine with every adapter (rank from the adapters)
+- ``prompts``        templates (base / chat / r1), stop strings, template-level extraction
+- ``score_code``     the EvalPlus kind: program preparation, EvalPlus scoring (subprocess)
+- ``livecodebench``  the LiveCodeBench kind: loader (safe private-test decoding), LCB extraction, scorer
+- ``lcb_harness``    LCB's test procedure, run inside the sandbox (one process per candidate and problem)
+- ``math_answers``   the math kind: answer equivalence with ``math-verify``
+- ``runs``           the run layout reader (which adapters a run has, its training state)
 - ``generate``       multi-adapter generation in one engine, resumable JSONL store, shards, merge
-- ``score_code``     EvalPlus scoring (subprocess) and the LiveCodeBench scorer (project sandbox)
+- ``pipeline``       generation -> merge -> scoring -> per-run score files with provenance
+- ``samples``        scoring samples made elsewhere (``populora score``) through the same path
 - ``lm_eval_model``  an lm-eval ``LM`` answering through the multi-adapter engine; ``tasks/`` YAMLs
-- ``pipeline``       generation -> merge -> scoring -> per-run score files
-- ``leaderboard``    Markdown / CSV / HTML leaderboards with a bar chart
+- ``leaderboard``    Markdown / CSV / HTML leaderboards with a small-multiples chart
 """

@@ -1,8 +1,10 @@
 """The benchmark registry and loaders.
 
-Every benchmark is a ``BenchmarkSpec``: its kind (``code`` or ``math``), the file it is read from
-(relative to the benchmarks directory, or a user-given path), the sha256 of the official file where
-known, and how an item's gold answer is read. ``load_items(name)`` returns ``Item`` records in file
+Every benchmark is a ``BenchmarkSpec``: its group on the leaderboard (``code`` or ``math``), its
+kind (``evalplus``, ``livecodebench``, ``math``: the ``eval.kinds`` class that owns its prompts,
+stop strings, extraction and scorer), its leaderboard columns, the file it is read from (relative
+to the benchmarks directory, or a user-given path), the sha256 of the official file where known,
+and how an item's gold answer is read. ``load_items(name)`` returns ``Item`` records in file
 order; item ids are stable strings (the dataset's own id where it has one, else the line number).
 
 The benchmarks directory is ``$POPULORA_BENCHMARKS_DIR`` or ``<repo>/../shared/benchmarks``; each
@@ -50,12 +52,23 @@ class Item:
 @dataclass(frozen=True)
 class BenchmarkSpec:
     name: str
-    kind: str  # "code" | "math"
+    kind: str  # leaderboard group: "code" | "math"
     relpath: str  # inside the benchmarks directory
     version: str  # what the leaderboard's provenance prints
     sha256: str | None  # of the stored file, from the benchmarks README; None: not checked
     max_new_tokens: int  # default generation budget
     reader: Callable[[str, int, dict], Item] | None = None  # (benchmark, line_no, row) -> Item
+    scorer: str = "math"  # the eval.kinds entry that owns prompts, stops, extraction and scoring
+    columns: tuple[tuple[str, str], ...] = ()  # (metric, leaderboard column); default: (("acc", name),)
+    average_metric: str = "acc"  # the metric that enters the group average
+    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific (EvalPlus dataset name)
+    loader: str | None = None  # "module:function" for data that is not one JSONL file (LiveCodeBench)
+
+    def column_names(self) -> tuple[tuple[str, str], ...]:
+        return self.columns or ((self.average_metric, self.name),)
+
+    def average_column(self) -> str:
+        return dict(self.column_names())[self.average_metric]
 
 
 # -- gold answers of the math sets ----------------------------------------------------------------
@@ -132,14 +145,21 @@ def _evalplus(bench: str, i: int, row: dict) -> Item:
 
 
 # -- the registry ---------------------------------------------------------------------------------
+_HE = dict(scorer="evalplus", columns=(("base", "HumanEval"), ("plus", "HumanEval+")), average_metric="plus",
+           options={"dataset": "humaneval"})
+_MBPP = dict(scorer="evalplus", columns=(("base", "MBPP"), ("plus", "MBPP+")), average_metric="plus",
+             options={"dataset": "mbpp"})
+_LCB = dict(scorer="livecodebench", columns=(("pass", "LiveCodeBench"),), average_metric="pass",
+            loader="eval.livecodebench:load_livecodebench")
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     s.name: s
     for s in (
         BenchmarkSpec("humaneval_plus", "code", "humaneval_plus/HumanEvalPlus-v0.1.10.jsonl.gz", "HumanEval+ v0.1.10",
-                      "272720b90ac375502c8ed23cd791c2a93dfb22a911641a494da74a426c09f101", 768, _evalplus),
+                      "272720b90ac375502c8ed23cd791c2a93dfb22a911641a494da74a426c09f101", 768, _evalplus, **_HE),
         BenchmarkSpec("mbpp_plus", "code", "mbpp_plus/MbppPlus-v0.2.0.jsonl.gz", "MBPP+ v0.2.0",
-                      "af43697e8791c4c149bdfd6b489d8b5412507551ac20e28a439f650b8225db63", 768, _evalplus),
-        BenchmarkSpec("livecodebench", "code", "livecodebench", "LiveCodeBench code_generation_lite", None, 4096, None),
+                      "af43697e8791c4c149bdfd6b489d8b5412507551ac20e28a439f650b8225db63", 768, _evalplus, **_MBPP),
+        BenchmarkSpec("livecodebench", "code", "livecodebench/code_generation_lite", "LiveCodeBench code_generation_lite",
+                      None, 4096, None, **_LCB),
         BenchmarkSpec("aime24", "math", "aime24/test.jsonl", "AIME 2024 (30)",
                       "af2b8bd2aa911b6333ad0df32f3ca05c7ae8ed10f1731f4372c8ae26990bf7ac", 4096, _aime),
         BenchmarkSpec("aime25", "math", "aime25/test.jsonl", "AIME 2025 (30)",
@@ -237,14 +257,12 @@ def load_items(
     verify: bool = True,
     **options: Any,
 ) -> list[Item]:
-    """All items of benchmark ``name`` in file order (LiveCodeBench: see ``eval.livecodebench``)."""
+    """All items of benchmark ``name`` in file order (a spec with a ``loader`` reads its own layout)."""
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
-    if name == "livecodebench":
-        from eval.livecodebench import load_livecodebench
-
-        return load_livecodebench(path or benchmarks_dir(data_dir) / "livecodebench" / "code_generation_lite", **options)
     spec = BENCHMARKS[name]
+    if spec.loader:
+        return _resolve(spec.loader)(path or benchmarks_dir(data_dir) / spec.relpath, **options)
     p = benchmark_path(name, data_dir, path)
     if verify:
         verify_checksum(name, p)
@@ -264,9 +282,15 @@ def data_fingerprint(name: str, data_dir: str | os.PathLike | None = None, path:
                      **options: Any) -> dict:
     """Version and sha256 of the file a benchmark was read from (for the leaderboard's provenance)."""
     spec = BENCHMARKS[name]
-    if name == "livecodebench":
-        from eval.livecodebench import lcb_fingerprint
-
-        return lcb_fingerprint(path or benchmarks_dir(data_dir) / "livecodebench" / "code_generation_lite", **options)
+    if spec.loader:
+        module = spec.loader.split(":")[0]
+        return _resolve(f"{module}:fingerprint")(path or benchmarks_dir(data_dir) / spec.relpath, **options)
     p = benchmark_path(name, data_dir, path)
     return {"benchmark": name, "version": spec.version, "file": p.name, "sha256": sha256_file(p)}
+
+
+def _resolve(ref: str):
+    import importlib
+
+    module, attr = ref.split(":")
+    return getattr(importlib.import_module(module), attr)

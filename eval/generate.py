@@ -10,8 +10,14 @@ and metadata), flushed and fsynced. Re-running a shard skips items already in it
 truncated last line (a crash mid-write) is dropped, so an interrupted evaluation resumes where it
 stopped.
 
-``<root>/plan.json`` fixes adapters, benchmarks, item ids, template, token budgets and shard
-count; every shard checks it, and ``merge`` combines the shards into ``<root>/merged/``, refusing
+Requests per ``generate`` call (``chunk_size``): 0 submits every pending request of a benchmark
+at once (what the vLLM engine wants: it schedules them itself, and a call never waits for the
+slowest greedy sequence of a small chunk); the HF engine gets one decode batch per call, so an
+interrupted evaluation loses at most one batch. Stop strings (and, for engines that take them,
+stop token ids) come from the benchmark kind (``eval.prompts.stop_strings``).
+
+``<root>/plan.json`` fixes adapters, benchmarks, item ids, template, token budgets, stop strings and
+shard count; every shard checks it, and ``merge`` combines the shards into ``<root>/merged/``, refusing
 missing or duplicated records.
 """
 
@@ -122,12 +128,14 @@ def write_or_check_plan(root: Path, plan: dict) -> dict:
 
 
 def make_plan(adapters: Sequence[EvalAdapter], items: Mapping[str, Sequence[Item]], *, template: str,
-              max_new_tokens: Mapping[str, int], shards: int, slice_size: int, model: str) -> dict:
+              max_new_tokens: Mapping[str, int], shards: int, slice_size: int, model: str,
+              stops: Mapping[str, Sequence[str]] | None = None) -> dict:
     return {
         "model": model,
         "template": template,
         "decoding": "greedy",
         "max_new_tokens": dict(max_new_tokens),
+        "stop": {b: list(v) for b, v in (stops or {}).items()},
         "adapters": [a.to_json() for a in adapters],
         "items": {b: [it.item_id for it in its] for b, its in items.items()},
         "shards": shards,
@@ -147,9 +155,15 @@ def generate_shard(
     shard: tuple[int, int] = (0, 1),
     slice_size: int = 64,
     chunk_size: int = 64,
+    stops: Mapping[str, Sequence[str]] | None = None,
+    stop_ids: Sequence[int] = (),
     progress: Callable[[str], None] | None = None,
 ) -> int:
-    """Generate the pending records of one shard; returns how many were generated now."""
+    """Generate the pending records of one shard; returns how many were generated now.
+
+    ``chunk_size`` 0: all pending requests of a benchmark in one call. ``stops[bench]``: stop strings;
+    ``stop_ids``: stop token ids, passed when the engine's ``SamplingParams`` has ``stop_token_ids``.
+    """
     from populora.policy.base import GenerationRequest, SamplingParams
 
     index, count = shard
@@ -166,9 +180,10 @@ def generate_shard(
         # item-major order: consecutive requests belong to different adapters -> mixed batches
         order = {i: n for n, i in enumerate(by_id[bench])}
         pending.sort(key=lambda p: (order[p[1]], p[0]))
-        sampling = SamplingParams(temperature=0.0, max_new_tokens=int(max_new_tokens[bench]))
-        for start in range(0, len(pending), chunk_size):
-            chunk = pending[start : start + chunk_size]
+        sampling = sampling_params(SamplingParams, int(max_new_tokens[bench]), (stops or {}).get(bench, ()), stop_ids)
+        step = chunk_size or max(1, len(pending))
+        for start in range(0, len(pending), step):
+            chunk = pending[start : start + step]
             prompts = [build_prompt(by_id[bench][i], template, backend.tokenizer) for _, i in chunk]
             requests = [
                 GenerationRequest(p, None if adapter_of[a].adapter_dir is None else a) for p, (a, _) in zip(prompts, chunk)
@@ -180,14 +195,25 @@ def generate_shard(
                 per_file.setdefault(a, []).append({
                     "adapter": a, "benchmark": bench, "item_id": i, "prompt": prompt, "completion": c.text,
                     "finish_reason": c.finish_reason, "completion_tokens": len(c.token_ids),
-                    "template": template, "max_new_tokens": sampling.max_new_tokens, "shard": f"{index}/{count}",
+                    "template": template, "max_new_tokens": sampling.max_new_tokens, "stop": list(sampling.stop),
+                    "shard": f"{index}/{count}",
                 })
             for a, recs in per_file.items():
                 append_records(out_dir / a / f"{bench}.jsonl", recs)
             done += len(chunk)
             if progress:
-                progress(f"{bench}: {min(start + chunk_size, len(pending))}/{len(pending)} generated (shard {index}/{count})")
+                progress(f"{bench}: {min(start + step, len(pending))}/{len(pending)} generated (shard {index}/{count})")
     return done
+
+
+def sampling_params(cls, max_new_tokens: int, stop: Sequence[str], stop_ids: Sequence[int]):
+    """Greedy sampling params; stop token ids only where the engine's params type has the field."""
+    import dataclasses
+
+    extra = {}
+    if stop_ids and "stop_token_ids" in {f.name for f in dataclasses.fields(cls)}:
+        extra["stop_token_ids"] = tuple(stop_ids)
+    return cls(temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop), **extra)
 
 
 def merge(root: Path) -> Path:

@@ -1,11 +1,21 @@
-"""Leaderboards from the score files of runs: Markdown, CSV and HTML (with an embedded bar chart).
+"""Leaderboards from the score files of runs: Markdown, CSV and HTML (with a small-multiples chart).
 
-One row per adapter (run, role, member id) with a column per benchmark metric, the code average
-(HumanEval+, MBPP+, LiveCodeBench), the math average (the seven math sets) and the overall score
-(mean of the two averages, as AZR reports it). Per population run: mean, min, max and std over its
-members; the single-agent baseline and the base model are reference rows. The best adapter value
-of each column is marked (unless all tie). The provenance (data versions and checksums, decoding, token budgets,
-commit) is printed under the table; differing settings across runs are flagged.
+Rows are grouped by run: the run's members (teachers, students), right after them the population's
+mean, min, max and std, then the run's single-agent baseline; the base model closes the table as the
+reference, labelled with its model and the runs it was evaluated with. Columns are the benchmarks'
+metrics (each with its item count), then three averages over complete groups only:
+
+- code avg: mean of the code benchmarks' main metric (HumanEval+, MBPP+, LiveCodeBench), shown only
+  when a row has all of them;
+- math avg: mean of the seven math sets, only when a row has all seven;
+- overall: mean of the two averages (as AZR reports it), only when both exist.
+
+Missing values are blank, never 0. Every adapter cell carries its 95% Wilson interval (second line in
+the HTML, three extra columns per metric in the CSV). The best adapter value of a column is bold unless
+all tie. The chart has one panel per benchmark: population members as points with their mean and
+min marked, baseline and base model as horizontal lines. The provenance under the table names the
+engine, library versions, scorer limits, data versions and checksums, stop strings and token
+budgets, and each run's training state and members.
 """
 
 from __future__ import annotations
@@ -19,64 +29,106 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.pipeline import METRICS
+from eval.benchmarks import BENCHMARKS
 
-CODE_COLUMNS = ("HumanEval+", "MBPP+", "LiveCodeBench")
-ALL_COLUMNS = tuple(dict.fromkeys(METRICS.values()))
-MATH_COLUMNS = tuple(c for c in ALL_COLUMNS if c not in ("HumanEval", "HumanEval+", "MBPP", "MBPP+", "LiveCodeBench"))
+GROUPS = {g: tuple(s.average_column() for s in BENCHMARKS.values() if s.kind == g) for g in ("code", "math")}
+ALL_COLUMNS = tuple(col for s in BENCHMARKS.values() for _, col in s.column_names())
 AVERAGES = ("code avg", "math avg", "overall")
+AVERAGE_RULE = (f"code avg = mean of {', '.join(GROUPS['code'])}, shown only when all {len(GROUPS['code'])} are "
+                f"present; math avg = mean of the {len(GROUPS['math'])} math sets, only when all are present; "
+                "overall = mean of code avg and math avg, only when both exist. Blank = not evaluated.")
+ROLE_ORDER = {"teacher": 0, "student": 1, "population": 2, "baseline": 3}
 
 
 def read_scores(run_dirs: Sequence[str | Path]) -> tuple[list[dict], dict[str, dict]]:
-    """All score rows of the runs (base rows once) and each run's provenance."""
-    rows, provs, seen = [], {}, set()
+    """All score rows of the runs and each run's provenance. The base model's rows are kept once per
+    (model, values): runs that evaluated the same base the same way share one base row, which lists them."""
+    rows, provs, keys, base_runs, seen = [], {}, {}, {}, set()
     for r in run_dirs:
         path = Path(r) / "eval" / "scores.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; run `populora eval --runs {r}` first")
-        data = json.loads(path.read_text())
-        provs[Path(r).name] = data["provenance"]
-        for row in data["rows"]:
-            ident = (row["key"], row["column"])
-            if ident not in seen:
-                seen.add(ident)
-                rows.append(row)
+        try:
+            data = json.loads(path.read_text())
+            prov, run_rows = data["provenance"], data["rows"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not a score file of `populora eval` ({e!r})") from e
+        run, model = Path(r).name, prov.get("model")
+        provs[run] = prov
+        fingerprint = json.dumps(sorted((x["column"], x["value"]) for x in run_rows if x["role"] == "base"))
+        key = keys.setdefault((model, fingerprint), f"base:{model}#{len(keys)}")
+        base_runs.setdefault(key, []).append(run)
+        for x in run_rows:
+            if x["role"] == "base":
+                if (key, x["column"]) in seen:
+                    continue
+                seen.add((key, x["column"]))
+                x = {**x, "key": key, "run": "-", "model": model}
+            rows.append(x)
+    for x in rows:
+        if x["role"] == "base":
+            x["base_runs"] = base_runs[x["key"]]
     return rows, provs
 
 
 def _mean(xs):
-    xs = [x for x in xs if x is not None]
     return sum(xs) / len(xs) if xs else None
 
 
+def _group_average(values: dict, cols: Sequence[str]) -> float | None:
+    got = [values.get(c) for c in cols]
+    return None if any(v is None for v in got) else _mean(got)
+
+
 def build_table(rows: Sequence[dict]) -> tuple[list[str], list[dict]]:
-    """``(columns, table rows)``; a table row has ``label, run, role, member, kind`` and values."""
+    """``(columns, table rows)``; a table row has ``label, run, role, member, kind, values, ci, n``."""
     columns = [c for c in ALL_COLUMNS if any(r["column"] == c for r in rows)]
     adapters: dict[str, dict] = {}
     for r in rows:
-        a = adapters.setdefault(r["key"], {"run": r["run"], "role": r["role"], "member": r["member_id"], "kind": "adapter", "values": {}})
+        a = adapters.setdefault(r["key"], {"run": r["run"], "role": r["role"], "member": r["member_id"], "kind": "adapter",
+                                           "values": {}, "ci": {}, "n": {}, "base_runs": r.get("base_runs"),
+                                           "model": r.get("model")})
         a["values"][r["column"]] = r["value"]
+        a["n"][r["column"]] = r.get("n")
+        if r.get("ci95"):
+            a["ci"][r["column"]] = tuple(r["ci95"])
     for a in adapters.values():
         v = a["values"]
-        v["code avg"] = _mean(v.get(c) for c in CODE_COLUMNS if c in columns)
-        v["math avg"] = _mean(v.get(c) for c in MATH_COLUMNS if c in columns)
-        v["overall"] = _mean([v["code avg"], v["math avg"]])
-        a["label"] = "base model" if a["role"] == "base" else f"{a['run']} / {a['role']} / {a['member']}"
+        v["code avg"] = _group_average(v, GROUPS["code"])
+        v["math avg"] = _group_average(v, GROUPS["math"])
+        v["overall"] = None if v["code avg"] is None or v["math avg"] is None else (v["code avg"] + v["math avg"]) / 2
+        if a["role"] == "base":
+            a["label"] = f"base model {a['model']}"
+            a["note"] = f"base model {a['model']}, evaluated with run {', '.join(a['base_runs'])}"
+        else:
+            a["label"] = f"{a['member']} ({a['role']})"
     cols = columns + [c for c in AVERAGES if any(a["values"].get(c) is not None for a in adapters.values())]
-    order = {"teacher": 0, "student": 1, "baseline": 2, "base": 3}
-    table = sorted(adapters.values(), key=lambda a: (a["role"] == "base", a["run"], order[a["role"]], a["member"]))
-    pop_runs = sorted({a["run"] for a in table if a["role"] in ("teacher", "student")})
-    for run in pop_runs:
-        members = [a for a in table if a["run"] == run and a["role"] in ("teacher", "student")]
-        for stat, fn in (("mean", statistics.fmean), ("min", min), ("max", max),
-                         ("std", lambda xs: statistics.pstdev(xs) if len(xs) > 1 else 0.0)):
-            vals = {}
-            for c in cols:
-                xs = [m["values"][c] for m in members if m["values"].get(c) is not None]
-                vals[c] = fn(xs) if xs else None
-            table.append({"label": f"{run} / population {stat} (n={len(members)})", "run": run, "role": "population",
-                          "member": stat, "kind": f"population_{stat}", "values": vals})
+    table: list[dict] = []
+    # population runs first, then single-agent (baseline) runs, each alphabetically
+    runs = sorted({a["run"] for a in adapters.values() if a["role"] != "base"},
+                  key=lambda r: (not any(a["run"] == r and a["role"] in ("teacher", "student") for a in adapters.values()), r))
+    for run in runs:
+        mine = sorted((a for a in adapters.values() if a["run"] == run), key=lambda a: (ROLE_ORDER[a["role"]], a["member"]))
+        members = [a for a in mine if a["role"] in ("teacher", "student")]
+        table.extend(members)
+        if members:
+            table.extend(_population_rows(run, members, cols))
+        table.extend(a for a in mine if a["role"] == "baseline")
+    table.extend(sorted((a for a in adapters.values() if a["role"] == "base"), key=lambda a: a["note"]))
     return cols, table
+
+
+def _population_rows(run: str, members: list[dict], cols: Sequence[str]) -> list[dict]:
+    out = []
+    for stat, fn in (("mean", statistics.fmean), ("min", min), ("max", max),
+                     ("std", lambda xs: statistics.pstdev(xs) if len(xs) > 1 else 0.0)):
+        vals = {}
+        for c in cols:
+            xs = [m["values"].get(c) for m in members]
+            vals[c] = None if any(x is None for x in xs) else fn(xs)  # a missing member value: blank
+        out.append({"label": f"population {stat} (n={len(members)})", "run": run, "role": "population", "member": stat,
+                    "kind": f"population_{stat}", "values": vals, "ci": {}, "n": {}})
+    return out
 
 
 def best_per_column(cols, table) -> dict[str, float]:
@@ -88,107 +140,205 @@ def best_per_column(cols, table) -> dict[str, float]:
     return best
 
 
+def column_counts(cols, table) -> dict[str, str]:
+    """Item count per column ("164", or "4-164" when runs were evaluated on different slices)."""
+    out = {}
+    for c in cols:
+        ns = {t["n"].get(c) for t in table if t["kind"] == "adapter" and t["n"].get(c) is not None}
+        out[c] = "" if not ns else (str(next(iter(ns))) if len(ns) == 1 else f"{min(ns)}-{max(ns)}")
+    return out
+
+
 def _fmt(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}"
+    return "" if x is None else f"{100 * x:.1f}"
 
 
 def _provenance_lines(provs: dict[str, dict]) -> list[str]:
     def strip(p):
-        return {k: v for k, v in p.items() if k != "date"}
+        return {k: v for k, v in p.items() if k not in ("date", "runs")}
 
     distinct = {json.dumps(strip(p), sort_keys=True) for p in provs.values()}
     lines = []
     if len(distinct) > 1:
         lines.append("WARNING: the runs were evaluated with different settings or data; compare with care.")
-    for run, p in provs.items() if len(distinct) > 1 else [("all runs", next(iter(provs.values())))]:
-        lines.append(f"{run}: model {p['model']}, template {p['template']}, {p['decoding']}, commit {p['commit']}, "
-                     f"evaluated {p['date']}" + (f", first {p['limit']} items per benchmark" if p.get("limit") else ""))
+    shared = len(distinct) == 1
+    for run, p in ([("all runs", next(iter(provs.values())))] if shared else list(provs.items())):
+        lines.append(f"{run}: model {p['model']}, backend {p.get('backend', '?')}, dtype {p.get('dtype', '?')}, "
+                     f"template {p['template']}, {p['decoding']}, commit {p['commit']}, evaluated {p['date']}"
+                     + (f", first {p['limit']} items per benchmark" if p.get("limit") else ""))
+        libs = p.get("libraries") or {}
+        if libs:
+            lines.append("  libraries: " + ", ".join(f"{k} {v}" for k, v in libs.items() if v))
+        sc = p.get("scorers") or {}
+        if "evalplus" in sc:
+            e = sc["evalplus"]
+            lines.append(f"  EvalPlus: {e['parallel']} workers, time limit max({e['min_time_limit_s']} s, "
+                         f"{e['gt_time_limit_factor']} x canonical), {e['max_memory_gb']} GiB per test process")
+        if "livecodebench" in sc:
+            lines.append(f"  LiveCodeBench: {sc['livecodebench']['test_timeout_s']} s per test (LCB's alarm)")
         for b, d in p["data"].items():
             digest = d.get("sha256") or ", ".join(f"{f} {h[:12]}" for f, h in d.get("files", {}).items())
-            window = f", window {d['window'][0]}..{d['window'][1]}" if d.get("window") else ""
+            window = f", window {d['window'][0]}..{d['window'][1]} (inclusive)" if d.get("window") else ""
+            stops = (p.get("stop") or {}).get(b)
             lines.append(f"  {b}: {d['version']} ({d['n_items']} items{window}), sha256 {digest[:16] if d.get('sha256') else digest}, "
-                         f"max new tokens {p['max_new_tokens'].get(b)}")
+                         f"max new tokens {p['max_new_tokens'].get(b)}" + (f", stop {stops!r}" if stops is not None else ""))
+            lines.extend(f"  WARNING: {w}" for w in d.get("warnings") or [])
+    for run, p in provs.items():
+        info = (p.get("runs") or {}).get(run)
+        if not info:
+            continue
+        cfg = (info.get("config_sha256") or "")[:12]
+        lines.append(f"run {run}: trained {info.get('steps_done')} steps ({info.get('status')}), config sha256 {cfg or '-'}")
+        for mid, m in info.get("members", {}).items():
+            lines.append(f"  {mid}: born at step {m.get('born_step')}, operator {m.get('operator')}, "
+                         f"LoRA rank {m.get('rank')}, alpha {m.get('alpha')}")
     return lines
 
 
 def chart_png(cols, table) -> bytes:
-    """Population mean with min-max whiskers per benchmark, next to the baseline and the base model."""
+    """One panel per benchmark: members as points (mean and min marked), baseline and base as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = []  # (label, values, (low, high) or None)
-    for t in table:
-        if t["kind"] == "population_mean":
-            lo = next(x for x in table if x["kind"] == "population_min" and x["run"] == t["run"])
-            hi = next(x for x in table if x["kind"] == "population_max" and x["run"] == t["run"])
-            series.append((f"{t['run']} (population mean, min-max)", t["values"], (lo["values"], hi["values"])))
-    for t in table:
-        if t["role"] in ("baseline", "base"):
-            series.append((t["label"], t["values"], None))
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(cols) * max(1, len(series))), 4))
-    width = 0.8 / max(1, len(series))
-    for k, (label, vals, whisk) in enumerate(series):
-        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(cols))]
-        ys = [100 * (vals.get(c) or 0.0) for c in cols]
-        err = None
-        if whisk:
-            lo, hi = whisk
-            err = [[max(0.0, y - 100 * (lo.get(c) or 0.0)) for y, c in zip(ys, cols)],
-                   [max(0.0, 100 * (hi.get(c) or 0.0) - y) for y, c in zip(ys, cols)]]
-        ax.bar(xs, ys, width, yerr=err, capsize=3, label=label)
-    ax.set_xticks(range(len(cols)))
-    ax.set_xticklabels(cols, rotation=30, ha="right")
-    ax.set_ylabel("pass@1 / accuracy (%)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    panels = [c for c in cols if c in GROUPS["code"] + GROUPS["math"] or c in AVERAGES]
+    ncols = min(5, max(1, len(panels)))
+    nrows = (len(panels) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(13.4, 2.6 * nrows + 0.7), squeeze=False)
+    pop_runs = sorted({t["run"] for t in table if t["role"] in ("teacher", "student")})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    handles = {}
+    for ax, col in zip(axes.flat, panels):
+        top = 0.0
+        for x, run in enumerate(pop_runs):
+            ys = [100 * t["values"][col] for t in table if t["run"] == run and t["role"] in ("teacher", "student")
+                  and t["values"].get(col) is not None]
+            if not ys:
+                continue
+            jitter = [x + 0.08 * (k - (len(ys) - 1) / 2) for k in range(len(ys))]
+            handles["member"] = ax.scatter(jitter, ys, s=14, color="#555", zorder=3, label="member")
+            handles["population mean"] = ax.scatter([x], [statistics.fmean(ys)], marker="D", s=40, color="#1f5fbf", zorder=4,
+                                         label="population mean")
+            handles["population min"] = ax.scatter([x], [min(ys)], marker="v", s=40, color="#c0392b", zorder=4, label="population min")
+            top = max(top, *ys)
+        refs = [t for t in table if t["role"] in ("baseline", "base")]
+        for k, t in enumerate(refs):
+            y = t["values"].get(col)
+            if y is None:
+                continue
+            style = dict(color="#777", ls="-", lw=1.2) if t["role"] == "base" else dict(color=colors[k % len(colors)], ls="--", lw=1.4)
+            name = "base model" if t["role"] == "base" else f"baseline {t['run']}/{t['member']}"
+            handles[name] = ax.axhline(100 * y, label=name, **style)
+            top = max(top, 100 * y)
+        ax.set_title(col, fontsize=10)
+        ax.set_xlim(-0.6, max(0.6, len(pop_runs) - 0.4))
+        ax.set_xticks(range(len(pop_runs)))
+        ax.set_xticklabels(pop_runs, fontsize=8)
+        ax.set_ylim(0, max(5.0, top * 1.15))  # never below 0, visible when all values are 0
+        ax.tick_params(axis="y", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.supylabel("pass@1 / accuracy (%)", fontsize=9)
+    if handles:
+        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, len(handles)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07 if handles else 0, 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
 
+_CSS = """body{font-family:system-ui,sans-serif;margin:16px;max-width:1368px}
+table{border-collapse:collapse;font-size:12px;width:100%}
+th,td{padding:2px 5px;text-align:right;border-bottom:1px solid #e4e4e4}
+th{font-weight:600;vertical-align:bottom;background:#f6f6f6}
+td{white-space:nowrap}
+td:first-child,th:first-child{text-align:left}
+tr.run td{background:#e8eef8;font-weight:600;text-align:left}
+tr[class^=population] td{background:#f2f2fb;color:#333}
+tr.base td{background:#f7f7f0}
+b{color:#070}
+.ci{display:block;color:#888;font-size:10px}
+.n{display:block;color:#888;font-weight:400;font-size:10px}
+img{max-width:100%}
+pre{white-space:pre-wrap;font-size:11px;background:#fafafa;padding:8px}
+p.rule{font-size:12px;color:#444}"""
+
+
 def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, Path]:
     rows, provs = read_scores(run_dirs)
     cols, table = build_table(rows)
     best = best_per_column(cols, table)
+    counts = column_counts(cols, table)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     prov_lines = _provenance_lines(provs)
 
-    def cell(t, c, bold):
+    def is_best(t, c):
         x = t["values"].get(c)
-        s = _fmt(x)
-        return bold(s) if t["kind"] == "adapter" and x is not None and x == best.get(c) else s
+        return t["kind"] == "adapter" and x is not None and x == best.get(c)
 
-    md = ["# Leaderboard", "", "Greedy pass@1 / accuracy in %. Best adapter value per column in bold.", "",
-          "| adapter | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
-    md += ["| " + t["label"] + " | " + " | ".join(cell(t, c, lambda s: f"**{s}**") for c in cols) + " |" for t in table]
-    md += ["", "## Provenance", "", "```", *prov_lines, "```", ""]
+    def head(c):
+        return f"{c} (n={counts[c]})" if counts.get(c) else c
+
+    intro = "Greedy pass@1 / accuracy in %. Best adapter value per column in bold; blank = not evaluated."
+    md = ["# Leaderboard", "", intro, "", "| adapter | " + " | ".join(head(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
+    current = None
+    for t in table:
+        if t["role"] != "base" and t["run"] != current:
+            current = t["run"]
+            md.append(f"| **run {current}** |" + " |" * len(cols))
+        md.append("| " + t.get("note", t["label"]) + " | " + " | ".join(f"**{_fmt(t['values'].get(c))}**" if is_best(t, c)
+                                                        else _fmt(t["values"].get(c)) for c in cols) + " |")
+    md += ["", AVERAGE_RULE, "", "## Provenance", "", "```", *prov_lines, "```", ""]
     paths = {"md": out / "leaderboard.md", "csv": out / "leaderboard.csv", "html": out / "leaderboard.html", "png": out / "leaderboard.png"}
     paths["md"].write_text("\n".join(md))
 
     with open(paths["csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["run", "role", "member", "kind", *cols])
+        w.writerow(["run", "role", "member", "kind", *[x for c in cols for x in (c, f"{c} ci95 low", f"{c} ci95 high", f"{c} n")]])
         for t in table:
-            w.writerow([t["run"], t["role"], t["member"], t["kind"], *("" if t["values"].get(c) is None else f"{t['values'][c]:.6f}" for c in cols)])
+            cells = []
+            for c in cols:
+                v, ci = t["values"].get(c), t["ci"].get(c)
+                cells += ["" if v is None else f"{v:.6f}", "" if not ci else f"{ci[0]:.6f}", "" if not ci else f"{ci[1]:.6f}",
+                          t["n"].get(c) or ""]
+            w.writerow([t["run"], t["role"], t["member"], t["kind"], *cells])
 
     png = chart_png(cols, table)
     paths["png"].write_bytes(png)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join(
-        f"<tr class='{t['kind']}'><td>{html.escape(t['label'])}</td>" + "".join(f"<td>{cell(t, c, lambda s: f'<b>{s}</b>')}</td>" for c in cols) + "</tr>"
-        for t in table
-    )
+
+    def cell(t, c):
+        v = t["values"].get(c)
+        if v is None:
+            return "<td></td>"
+        text = f"<b>{_fmt(v)}</b>" if is_best(t, c) else _fmt(v)
+        ci = t["ci"].get(c)
+        if ci:
+            text += f"<span class='ci'>{_fmt(ci[0])}&ndash;{_fmt(ci[1])}</span>"
+        return f"<td title='{html.escape(c)}: {_fmt(v)}%'>{text}</td>"
+
+    thead = "".join(f"<th>{html.escape(c)}" + (f"<span class='n'>n={counts[c]}</span>" if counts.get(c) else "") + "</th>"
+                    for c in cols)
+    body, current = [], None
+    for t in table:
+        if t["role"] != "base" and t["run"] != current:
+            current = t["run"]
+            body.append(f"<tr class='run'><td colspan='{len(cols) + 1}'>run {html.escape(current)}</td></tr>")
+        elif t["role"] == "base":
+            current = "-"
+            body.append(f"<tr class='run'><td colspan='{len(cols) + 1}'>reference: {html.escape(t['note'])}</td></tr>")
+        body.append(f"<tr class='{t['kind'] if t['role'] != 'base' else 'base'}'><td>{html.escape(t['label'])}</td>"
+                    + "".join(cell(t, c) for c in cols) + "</tr>")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>PopuLoRA leaderboard</title>
-<style>body{{font-family:sans-serif}} td,th{{padding:2px 8px;text-align:right}} td:first-child{{text-align:left}}
-tr[class^=population]{{background:#eef}} b{{color:#070}}</style></head><body>
-<h1>Leaderboard</h1><p>Greedy pass@1 / accuracy in %. Best adapter value per column in bold.</p>
-<table><tr><th>adapter</th>{head}</tr>{body}</table>
-<h2>Population mean (min-max) vs baseline and base model</h2>
-<img alt="bar chart" src="data:image/png;base64,{base64.b64encode(png).decode()}">
+<style>{_CSS}</style></head><body>
+<h1>Leaderboard</h1><p>{intro} Second line of a cell: 95% Wilson interval.</p>
+<table id="leaderboard"><thead><tr><th>adapter</th>{thead}</tr></thead><tbody>{''.join(body)}</tbody></table>
+<p class="rule">{html.escape(AVERAGE_RULE)}</p>
+<h2>Per benchmark: population members, mean and min vs baseline and base model</h2>
+<img alt="small multiples: one panel per benchmark" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>Provenance</h2><pre>{html.escape(chr(10).join(prov_lines))}</pre></body></html>
 """
     paths["html"].write_text(page)

@@ -1,4 +1,4 @@
-"""LiveCodeBench ``code_generation_lite``: loader (official JSONL) and scorer (LCB semantics).
+"""LiveCodeBench ``code_generation_lite``: loader (official JSONL), extraction and scorer (LCB semantics).
 
 Official files (Hugging Face dataset ``livecodebench/code_generation_lite``): ``test.jsonl`` ...
 ``test6.jsonl``; ``release_vN`` is the union of ``test.jsonl`` .. ``testN.jsonl`` and ``vN`` is the
@@ -13,36 +13,38 @@ Private tests are decoded WITHOUT unpickling arbitrary objects: ``_LiteralUnpick
 global lookup, so a pickle can only build str/bytes/numbers/lists/dicts/tuples; anything that
 names a class or a function (``os.system``, ``builtins.eval``) raises ``UnsafePickleError``.
 
-Scoring follows LiveCodeBench's ``testing_util``: a problem passes only if every test (public and
-private) passes, each test with its own timeout (LCB: 6 s). ``stdin`` tests feed the input to the
-program and compare stdout line by line after stripping, falling back to numeric comparison of
-whitespace-separated tokens (exact ``Decimal`` equality, as LCB: ``2.5`` = ``2.5000``); ``functional`` tests parse each input line as JSON, call
-``Solution().<func_name>(*args)`` and compare with the JSON output (tuples read as lists). Every
-candidate runs in the project's sandbox (``populora.sandbox``), one process per test.
+The date window is LCB's: ``start <= contest_date <= end`` with both dates read as midnight
+(``lcb_runner/benchmarks/code_generation.py``). A problem without any test is refused when the
+data is loaded (before any generation); problems whose private tests are empty are listed in
+``LCBData.warnings`` (scored on their public tests only, as LCB does).
+
+Scoring follows ``lcb_runner/evaluation/testing_util.py`` (see ``eval/lcb_harness.py``, which runs
+inside the project's sandbox, one process per candidate and problem, like LCB's worker process).
+Extraction follows ``lcb_runner/utils/extraction_utils.py``: the code between the last two lines
+that contain a fence, else nothing.
 """
 
 from __future__ import annotations
 
-import ast
 import base64
 import io
 import json
 import os
 import pickle
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from eval.benchmarks import ENV_DIR, BenchmarkDataError, Item, benchmarks_dir, sha256_file
+from eval.kinds import BenchmarkKind, Verdict
 
 # release_v5 default window: the one AZR and QwQ report as "LiveCodeBench v5" (2024-08-01 .. 2025-02-01).
 DEFAULT_RELEASE = "release_v5"
 DEFAULT_START = "2024-08-01"
 DEFAULT_END = "2025-02-01"
-TEST_TIMEOUT_S = 6.0
+TEST_TIMEOUT_S = 6  # LCB's default per-test alarm (seconds)
 _FILES = {n: ("test.jsonl" if n == 1 else f"test{n}.jsonl") for n in range(1, 7)}
 
 HOW_TO_GET = (
@@ -52,18 +54,6 @@ HOW_TO_GET = (
     f"`--data livecodebench=DIR` or put the files in ${ENV_DIR}/livecodebench/code_generation_lite/ "
     "(`populora eval --skip-missing` evaluates the other benchmarks without it)."
 )
-
-# LiveCodeBench prepends these imports to every candidate (its testing_util ``import_string``).
-PRELUDE = (
-    "from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
-    "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\nfrom random import *\n"
-    "from statistics import *\nfrom itertools import *\nfrom functools import *\nfrom operator import *\n"
-    "from io import *\nfrom sys import *\nfrom json import *\nfrom builtins import *\nfrom typing import *\n"
-    "import string\nimport re\nimport datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\n"
-    "import math\nimport random\nimport statistics\nimport itertools\nimport functools\nimport operator\n"
-    "import io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n"
-)
-
 
 class UnsafePickleError(pickle.UnpicklingError):
     """A private-test blob tried to reference a Python global (class or function)."""
@@ -120,7 +110,11 @@ def load_livecodebench(
     start: str | None = DEFAULT_START,
     end: str | None = DEFAULT_END,
 ) -> list[Item]:
-    """LiveCodeBench problems of ``release`` with ``start <= contest_date < end`` (ISO dates)."""
+    """LiveCodeBench problems of ``release`` with ``start <= contest_date <= end`` (LCB's inclusive window).
+
+    Raises ``BenchmarkDataError`` naming the file and line of a problem without tests. Problems with
+    empty private tests get ``meta["private_tests"] == 0`` (see ``empty_private_warning``).
+    """
     root = lcb_dir(path)
     files = [root / f for f in release_files(release)]
     missing = [str(f) for f in files if not f.is_file()]
@@ -138,13 +132,17 @@ def load_livecodebench(
                 try:
                     row = json.loads(line)
                     date = datetime.fromisoformat(row["contest_date"])
-                    if (lo and date < lo) or (hi and date >= hi):
+                    if (lo and date < lo) or (hi and date > hi):
                         continue
                     tests = decode_test_cases(row["public_test_cases"], f"{where} public_test_cases")
-                    tests += decode_test_cases(row["private_test_cases"], f"{where} private_test_cases")
+                    private = decode_test_cases(row["private_test_cases"], f"{where} private_test_cases")
+                    tests += private
                     meta = json.loads(row.get("metadata") or "{}")
                 except (KeyError, ValueError) as e:
                     raise BenchmarkDataError(f"{where}: not in the code_generation_lite format ({e!r})") from e
+                if not tests:
+                    raise BenchmarkDataError(f"{where}: problem {row.get('question_id')!r} has no test cases "
+                                             "(public and private are empty); it cannot be scored")
                 functional = any(t["testtype"] == "functional" for t in tests)
                 if functional and not meta.get("func_name"):
                     raise BenchmarkDataError(f"{where}: functional tests but no metadata.func_name")
@@ -162,117 +160,165 @@ def load_livecodebench(
                             "starter_code": row.get("starter_code", ""),
                             "func_name": meta.get("func_name"),
                             "tests": tests,
+                            "private_tests": len(private),
                         },
                     )
                 )
     if not items:
-        raise BenchmarkDataError(f"LiveCodeBench {release} in {root}: no problem dated in [{start}, {end})")
+        raise BenchmarkDataError(f"LiveCodeBench {release} in {root}: no problem dated in [{start}, {end}]")
     return items
 
 
-def lcb_fingerprint(path: str | os.PathLike | None = None, release: str = DEFAULT_RELEASE) -> dict:
+def fingerprint(path: str | os.PathLike | None = None, release: str = DEFAULT_RELEASE, start: str | None = None,
+                end: str | None = None) -> dict:
     root = lcb_dir(path)
     files = {f: sha256_file(root / f) for f in release_files(release) if (root / f).is_file()}
-    return {"benchmark": "livecodebench", "version": f"code_generation_lite {release}", "files": files}
+    return {"benchmark": "livecodebench", "version": f"code_generation_lite {release}", "files": files,
+            "window": [start, end]}
+
+
+def empty_private_warning(items: Sequence[Item]) -> str | None:
+    """The warning for problems whose private tests are empty (LCB scores them on public tests only)."""
+    empty = [it.item_id for it in items if it.meta.get("private_tests") == 0]
+    if not empty:
+        return None
+    return (f"livecodebench: {len(empty)} of {len(items)} problems have no private tests and are scored on their "
+            f"public tests only (as LCB does): {', '.join(empty[:10])}{' ...' if len(empty) > 10 else ''}")
+
+
+# -- extraction ------------------------------------------------------------------------------------
+def extract_code(text: str) -> str:
+    """LCB's rule: the lines between the last two lines that contain a fence; "" when there are fewer."""
+    lines = text.split("\n")
+    fences = [i for i, line in enumerate(lines) if "```" in line]
+    if len(fences) < 2:
+        return ""
+    return "\n".join(lines[fences[-2] + 1 : fences[-1]])
 
 
 # -- scoring ---------------------------------------------------------------------------------------
 @dataclass
 class LCBResult:
     passed: bool
-    reason: str  # "ok" or the first failure ("wrong_answer", "timeout", "runtime_error:ValueError", ...)
+    reason: str  # "ok", "wrong_answer", "timeout", "runtime_error", "no_code" or "crashed:..." (the sandbox)
     tests_run: int
 
 
-def test_programs(code: str, item: Item) -> list:
-    """One sandbox ``Program`` per test case of ``item`` for the candidate ``code``."""
+_CODES = {-2: "wrong_answer", -3: "timeout", -4: "runtime_error"}
+HARNESS = Path(__file__).with_name("lcb_harness.py")
+
+
+def harness_program(code: str, item: Item, timeout_s: int):
+    """One sandbox ``Program`` that grades ``code`` on every test of ``item`` (see ``eval/lcb_harness.py``)."""
     from populora.sandbox import Program
 
-    programs = []
-    for t in item.meta["tests"]:
-        if t["testtype"] == "stdin":
-            programs.append(Program(PRELUDE + code, entry=None, stdin=t["input"]))
-        else:
-            harness = (
-                f"{PRELUDE}{code}\n\n"
-                "def __populora_lcb_call(input_text):\n"
-                "    args = [json.loads(line) for line in input_text.split('\\n')]\n"
-                f"    out = Solution().{item.meta['func_name']}(*args)\n"
-                "    return json.dumps(list(out) if isinstance(out, tuple) else out)\n"
-            )
-            programs.append(Program(harness, entry="__populora_lcb_call", calls=(repr(t["input"]),)))
-    return programs
+    tests = json.dumps([{"input": t["input"], "output": t["output"]} for t in item.meta["tests"]])
+    fn = item.meta.get("func_name") if any(t["testtype"] == "functional" for t in item.meta["tests"]) else None
+    call = f"{code!r}, {tests!r}, {fn!r}, {int(timeout_s)}"
+    return Program(HARNESS.read_text(), entry="run_lcb_tests", calls=(call,))
 
 
-def stdout_matches(got: str, expected: str) -> bool:
-    """LCB's stdin comparison: stripped lines equal, else numerically equal token by token."""
-    g = [ln.strip() for ln in got.strip().split("\n")]
-    e = [ln.strip() for ln in expected.strip().split("\n")]
-    if g == e:
-        return True
-    if len(g) != len(e):
-        return False
-    for gl, el in zip(g, e):
-        if gl == el:
-            continue
-        gt, et = gl.split(), el.split()
-        if len(gt) != len(et):
-            return False
-        try:
-            if any(Decimal(a) != Decimal(b) for a, b in zip(gt, et)):
-                return False
-        except InvalidOperation:
-            return False
-    return True
+def judge(item: Item, outcome) -> LCBResult:
+    """Verdict from the harness's outcome: pass only when every test returned 1 (LCB: all > 0)."""
+    if not outcome.ok:  # the sandbox's own limits: LCB's global timeout or a dead worker, all tests failed
+        return LCBResult(False, outcome.reason or outcome.status, 0)
+    import ast
+
+    codes = ast.literal_eval(outcome.values[0])
+    n = len(item.meta["tests"])
+    if len(codes) == n and all(c == 1 for c in codes):
+        return LCBResult(True, "ok", n)
+    bad = next((c for c in codes if c != 1), None)
+    return LCBResult(False, _CODES.get(bad, "not_run"), len(codes))
 
 
-def functional_matches(value_repr: str, expected: str) -> bool:
-    try:
-        got = json.loads(ast.literal_eval(value_repr))
-        return got == json.loads(expected)
-    except (ValueError, SyntaxError, json.JSONDecodeError):
-        return False
+def score_livecodebench(candidates: Sequence[tuple[Item, str]], *, timeout_s: int = TEST_TIMEOUT_S,
+                        workers=None) -> list[LCBResult]:
+    """Judge ``(item, code)`` pairs, one sandboxed harness process per pair, all in one ``run_many``.
 
-
-def judge(item: Item, outcomes: Sequence) -> LCBResult:
-    """Verdict for one problem from the sandbox outcomes of its tests (in test order)."""
-    if not item.meta["tests"]:
-        raise ValueError(f"livecodebench item {item.item_id}: no test cases")
-    for n, (t, o) in enumerate(zip(item.meta["tests"], outcomes)):
-        if not o.ok:
-            return LCBResult(False, o.reason or o.status, n + 1)
-        good = stdout_matches(o.stdout, t["output"]) if t["testtype"] == "stdin" else functional_matches(o.values[0], t["output"])
-        if not good:
-            return LCBResult(False, "wrong_answer", n + 1)
-    if len(outcomes) < len(item.meta["tests"]):
-        return LCBResult(False, "not_run", len(outcomes))
-    return LCBResult(True, "ok", len(outcomes))
-
-
-def score_livecodebench(candidates: Sequence[tuple[Item, str]], *, timeout_s: float = TEST_TIMEOUT_S, workers=None) -> list[LCBResult]:
-    """Judge ``(item, code)`` pairs; all tests of all candidates go through one ``Sandbox.run_many``."""
+    The sandbox's wall limit is LCB's global timeout, ``(timeout + 1) * tests + 5`` seconds; memory is
+    capped at 4 GiB (LCB's documented figure; its guard is called without a limit).
+    """
     from populora.sandbox import Sandbox, SandboxLimits
 
-    limits = SandboxLimits(
-        wall_seconds=timeout_s, cpu_seconds=max(1, int(timeout_s)), memory_mb=2048,
-        max_output_chars=10_000_000, max_stdout_chars=10_000_000,
-    )
-    # Two rounds, like LCB's early exit: every candidate's first test, then the remaining tests of
-    # the candidates that passed it (a wrong program costs one execution, not one per test).
-    all_programs = [test_programs(code, item) for item, code in candidates]
-    outcomes: list[list] = [[] for _ in candidates]
+    if not candidates:
+        return []
+    most_tests = max(len(it.meta["tests"]) for it, _ in candidates)
+    wall = (int(timeout_s) + 1) * most_tests + 5
+    limits = SandboxLimits(wall_seconds=wall, cpu_seconds=wall, memory_mb=4096,
+                           max_output_chars=1_000_000, max_stdout_chars=100_000)
+    runnable = [(k, harness_program(code, item, timeout_s)) for k, (item, code) in enumerate(candidates) if code.strip()]
+    results = [LCBResult(False, "no_code", 0) for _ in candidates]
     with Sandbox(limits=limits, workers=workers) as sb:
-        for first_round in (True, False):
-            batch, owners = [], []
-            for k, progs in enumerate(all_programs):
-                if first_round:
-                    chosen = progs[:1]
-                elif judge(candidates[k][0], outcomes[k]).reason == "not_run":  # no failure yet
-                    chosen = progs[1:]
-                else:
-                    chosen = []
-                batch.extend(chosen)
-                owners.extend([k] * len(chosen))
-            for k, o in zip(owners, sb.run_many(batch) if batch else []):
-                outcomes[k].append(o)
-    return [judge(item, outs) for (item, _), outs in zip(candidates, outcomes)]
+        outcomes = sb.run_many([p for _, p in runnable]) if runnable else []
+    for (k, _), o in zip(runnable, outcomes):
+        results[k] = judge(candidates[k][0], o)
+    return results
+
+
+# -- the benchmark kind ----------------------------------------------------------------------------
+class LiveCodeBenchKind(BenchmarkKind):
+    """Prompts (LCB's generic question template), stops, LCB extraction and the LCB scorer."""
+
+    name = "livecodebench"
+
+    def prompt(self, item: Item, template: str, tokenizer=None) -> str:
+        from eval.prompts import LCB_SYSTEM, chat_prompt, check_template, r1_prompt
+
+        check_template(template)
+        text = lcb_question(item)
+        if template == "base":  # a completion prompt that opens the code block itself
+            return f"{LCB_SYSTEM}\n\n{text}\n\n```python"
+        if template == "r1":
+            return r1_prompt(text)
+        return chat_prompt([{"role": "system", "content": LCB_SYSTEM}, {"role": "user", "content": text}], tokenizer)
+
+    def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
+        from eval.prompts import template_stops
+
+        # base: the prompt opened the block; the first closing fence ends the answer
+        return ("\n```",) if template == "base" else template_stops(template, tokenizer)
+
+    def answer(self, item: Item, record: Mapping) -> str:
+        from eval.prompts import answer_block, prompt_opens_fence
+
+        text = answer_block(record["completion"], record["template"])
+        if prompt_opens_fence(record["prompt"]):
+            # the response began inside the prompt's open block; a generation that stopped (closing
+            # fence or EOS) closed it, one cut by the token budget did not (LCB: no block, no code)
+            text = "```python" + text
+            if record.get("finish_reason") == "stop":
+                text += "\n```"
+        return extract_code(text)
+
+    def answer_from_sample(self, item: Item, sample: Mapping) -> str:
+        if "solution" in sample:
+            return str(sample["solution"])
+        return extract_code(str(sample["completion"]))
+
+    def sample_id_field(self) -> tuple[str, ...]:
+        return ("task_id", "question_id")
+
+    def warnings(self, items: Sequence[Item]) -> list[str]:
+        w = empty_private_warning(items)
+        return [w] if w else []
+
+    def score(self, spec, items: Sequence[Item], answers, settings) -> dict:
+        pairs = [(who, it) for who in answers for it in items]
+        res = score_livecodebench([(it, answers[who][it.item_id]) for who, it in pairs], timeout_s=settings.lcb_timeout_s)
+        out: dict = {who: {} for who in answers}
+        for (who, it), r in zip(pairs, res):
+            out[who][it.item_id] = Verdict({"pass": r.passed}, r.reason, answers[who][it.item_id])
+        return out
+
+
+def lcb_question(item: Item) -> str:
+    """LCB's generic question template (``get_generic_question_template_answer``), without its trailing blank line."""
+    from eval.prompts import LCB_STDIN, LCB_WITH_STARTER
+
+    starter = item.meta.get("starter_code") or ""
+    if starter:
+        fmt = f"### Format: {LCB_WITH_STARTER}\n```python\n{starter}\n```"
+    else:
+        fmt = f"### Format: {LCB_STDIN}\n```python\n# YOUR CODE HERE\n```"
+    return f"### Question:\n{item.question}\n\n{fmt}\n\n### Answer: (use the provided format with backticks)"

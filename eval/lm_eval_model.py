@@ -38,13 +38,15 @@ class PopuLoRALM(LM):
         super().__init__()
         if backend is None:
             # built from a model_args string: pretrained=tiny,adapter_dir=PATH
-            from eval.pipeline import EvalSettings, make_engine
+            from eval.engine import make_engine
             from eval.runs import EvalAdapter
+            from eval.settings import EvalSettings
+            from populora.policy.config import PolicyConfig
 
             model = kwargs.pop("pretrained", "tiny")
             adapter_dir = kwargs.pop("adapter_dir", None)
             members = [EvalAdapter("cli", "adapter", "student", Path(adapter_dir))] if adapter_dir else []
-            backend = make_engine(EvalSettings(model=model), members)
+            backend = make_engine(EvalSettings(policy=PolicyConfig(model=model)), members)
             adapter = members[0].key if members else None
         self.backend = backend
         self.adapter = adapter
@@ -52,7 +54,7 @@ class PopuLoRALM(LM):
         self.chunk = int(batch_size)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        from eval.prompts import wrap_math
+        from eval.prompts import template_stops, wrap_math
         from populora.policy.base import GenerationRequest, SamplingParams
 
         out: list[str] = [""] * len(requests)
@@ -62,6 +64,7 @@ class PopuLoRALM(LM):
             _, kw = req.args
             until = kw.get("until") or []
             until = (until,) if isinstance(until, str) else tuple(until)
+            until = tuple(dict.fromkeys(until + template_stops(self.template, self.backend.tokenizer)))
             groups.setdefault((until, int(kw.get("max_gen_toks", 256))), []).append(n)
         for (until, budget), idx in groups.items():
             sampling = SamplingParams(temperature=0.0, max_new_tokens=budget, stop=until)

@@ -17,6 +17,8 @@ from functools import lru_cache
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+from eval.kinds import BenchmarkKind, Verdict
+
 # Gold answers are LaTeX fragments without delimiters ("\\frac{1}{2}", "(1, 8, 19)") or plain
 # numbers; wrapping them in $...$ makes math-verify read them as LaTeX.
 _GOLD_CONFIG = (LatexExtractionConfig(), ExprExtractionConfig())
@@ -84,3 +86,50 @@ def _bump(num: str) -> str:
         whole, frac = num.split(".")
         return f"{int(whole) + 1}.{frac}"
     return str(int(num) + 1)
+
+
+def math_instruction(question: str) -> str:
+    """The un-templated instruction of a math item (shared with the lm-eval tasks)."""
+    from eval.prompts import MATH_INSTRUCTION
+
+    return f"{question.strip()}\n{MATH_INSTRUCTION}"
+
+
+# -- the benchmark kind ----------------------------------------------------------------------------
+BASE_STOPS = ("\nQuestion:",)  # ours: the base frame is "Question: ... Answer:"; a new question is invented text
+
+
+class MathKind(BenchmarkKind):
+    """The seven math sets: one ``\\boxed{}`` answer per item, equivalence by math-verify."""
+
+    name = "math"
+
+    def prompt(self, item, template: str, tokenizer=None) -> str:
+        from eval.prompts import wrap_math
+
+        return wrap_math(math_instruction(item.question), template, tokenizer)
+
+    def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
+        from eval.prompts import template_stops
+
+        return BASE_STOPS if template == "base" else template_stops(template, tokenizer)
+
+    def answer(self, item, record) -> str:
+        from eval.prompts import answer_block
+
+        return answer_block(record["completion"], record["template"])
+
+    def answer_from_sample(self, item, sample) -> str:
+        return str(sample["answer"])
+
+    def sample_id_field(self) -> tuple[str, ...]:
+        return ("id", "task_id")
+
+    def score(self, spec, items, answers, settings) -> dict:
+        out: dict = {}
+        for who, per_item in answers.items():
+            out[who] = {}
+            for it in items:
+                ok = is_correct(per_item[it.item_id], it.gold)
+                out[who][it.item_id] = Verdict({"acc": ok}, "ok" if ok else "wrong_answer", per_item[it.item_id])
+        return out

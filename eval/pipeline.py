@@ -2,8 +2,12 @@
 
 Scores are written to ``<workdir>/scores.json`` and, per run, to ``<run>/eval/scores.json``
 (that run's adapters plus the base model as a reference row), which ``populora leaderboard``
-reads. Each score file carries the provenance: benchmark versions and checksums, template,
-decoding, token budgets, model and git commit.
+reads. A score row carries the value, the item count and a 95% Wilson interval; per-item verdicts
+go to ``<workdir>/verdicts/<adapter>/<benchmark>.jsonl``. Each score file carries the provenance:
+engine (backend, dtype), library versions, benchmark versions and checksums, template, stop
+strings, token budgets, the scorers' limits, each run's training state, model and git commit.
+
+Every benchmark is handled through its kind (``eval.kinds``): the loop below never tests a name.
 """
 
 from __future__ import annotations
@@ -13,58 +17,34 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, REPO_ROOT, Item, data_fingerprint, load_items
-from eval.generate import ShardError, generate_shard, load_merged, make_plan, merge, write_or_check_plan
-from eval.runs import EvalAdapter, check_base_model, read_run
+from eval.engine import make_engine
+from eval.generate import (
+    ShardError,
+    append_records,
+    generate_shard,
+    load_merged,
+    make_plan,
+    merge,
+    write_or_check_plan,
+)
+from eval.kinds import Verdict, kind_of, wilson_interval
+from eval.runs import EvalAdapter, check_base_model, read_run, run_info
+from eval.settings import EvalSettings
+
+__all__ = ["METRICS", "EvalSettings", "evaluate_runs", "make_engine", "load_benchmarks", "score_rows"]
 
 # Leaderboard columns: (benchmark, metric) -> column name
-METRICS = {
-    ("humaneval_plus", "base"): "HumanEval", ("humaneval_plus", "plus"): "HumanEval+",
-    ("mbpp_plus", "base"): "MBPP", ("mbpp_plus", "plus"): "MBPP+",
-    ("livecodebench", "pass"): "LiveCodeBench",
-    **{(b, "acc"): b for b in BENCHMARKS if BENCHMARKS[b].kind == "math"},
-}
-
-
-@dataclass
-class EvalSettings:
-    model: str = "tiny"
-    backend: str = "hf"
-    device: str = "auto"
-    dtype: str = "auto"
-    max_batch_size: int = 64
-    template: str = "base"
-    benchmarks: list[str] = field(default_factory=lambda: list(BENCHMARKS))
-    max_new_tokens: dict[str, int] = field(default_factory=dict)  # overrides of the registry defaults
-    limit: int | None = None  # first N items of every benchmark
-    slice_size: int = 64
-    chunk_size: int = 64
-    shard: tuple[int, int] = (0, 1)
-    data_dir: str | None = None
-    data_paths: dict[str, str] = field(default_factory=dict)  # benchmark -> file (LCB: directory)
-    lcb_release: str = "release_v5"
-    lcb_start: str | None = "2024-08-01"
-    lcb_end: str | None = "2025-02-01"
-    lcb_timeout_s: float = 6.0
-    evalplus_parallel: int | None = None
-    evalplus_max_memory_gb: float | None = None  # None: EvalPlus's default (4 GiB per test process)
-    cache_dir: str | None = None
-    include_base: bool = True
-    check_base: bool = True  # refuse adapters recorded as trained on another base model than ``model``
-
-    def budgets(self) -> dict[str, int]:
-        return {b: int(self.max_new_tokens.get(b, BENCHMARKS[b].max_new_tokens)) for b in self.benchmarks}
+METRICS = {(b, metric): col for b, spec in BENCHMARKS.items() for metric, col in spec.column_names()}
 
 
 def load_benchmarks(s: EvalSettings) -> dict[str, list[Item]]:
     items = {}
     for b in s.benchmarks:
-        opts = {}
-        if b == "livecodebench":
-            opts = {"release": s.lcb_release, "start": s.lcb_start, "end": s.lcb_end}
+        opts = s.lcb_options() if BENCHMARKS[b].loader else {}
         its = load_items(b, data_dir=s.data_dir, path=s.data_paths.get(b), **opts)
         items[b] = its[: s.limit] if s.limit else its
     return items
@@ -84,19 +64,6 @@ def collect_adapters(run_dirs: Sequence[str | Path], only: Sequence[str] | None 
     return adapters + ([EvalAdapter.base()] if include_base else [])
 
 
-def make_engine(s: EvalSettings, adapters: Sequence[EvalAdapter]):
-    """One backend with every adapter loaded (PEFT directories) next to the base."""
-    from populora.policy import PolicyConfig, make_backend
-    from populora.policy.adapters import AdapterWeights
-
-    cfg = PolicyConfig(engine=s.backend, model=s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size)
-    backend = make_backend(cfg, max_new_tokens=max(s.budgets().values(), default=None))
-    for a in adapters:
-        if a.adapter_dir is not None:
-            backend.add_adapter(a.key, AdapterWeights.load_peft(a.adapter_dir))
-    return backend
-
-
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
@@ -106,77 +73,97 @@ def git_commit() -> str:
         return "unknown"
 
 
-def provenance(s: EvalSettings, items: Mapping[str, Sequence[Item]]) -> dict:
-    lcb = {"release": s.lcb_release}
-    data = {b: {**data_fingerprint(b, s.data_dir, s.data_paths.get(b), **(lcb if b == "livecodebench" else {})),
-                "n_items": len(items[b])} for b in items}
-    if "livecodebench" in data:
-        data["livecodebench"]["window"] = [s.lcb_start, s.lcb_end]
+def library_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("evalplus", "math-verify", "lm-eval", "torch", "transformers", "peft", "vllm"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def provenance(s: EvalSettings, items: Mapping[str, Sequence[Item]], run_dirs: Sequence[str | Path] = (),
+               stops: Mapping[str, Sequence[str]] | None = None) -> dict:
+    data = {}
+    for b in items:
+        opts = s.lcb_options() if BENCHMARKS[b].loader else {}
+        data[b] = {**data_fingerprint(b, s.data_dir, s.data_paths.get(b), **opts), "n_items": len(items[b]),
+                   "warnings": kind_of(BENCHMARKS[b]).warnings(items[b])}
     return {
-        "model": s.model, "template": s.template, "decoding": "greedy (temperature 0), pass@1",
-        "max_new_tokens": s.budgets(), "limit": s.limit, "data": data, "commit": git_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "model": s.policy.model, "backend": s.policy.engine, "dtype": s.policy.dtype, "template": s.template,
+        "decoding": "greedy (temperature 0), pass@1", "max_new_tokens": s.budgets(), "limit": s.limit,
+        "stop": {b: list(v) for b, v in (stops or {}).items()},
+        "scorers": {"evalplus": {"parallel": s.parallel(), "min_time_limit_s": s.evalplus_min_time_limit,
+                                 "gt_time_limit_factor": s.evalplus_gt_time_limit_factor,
+                                 "max_memory_gb": s.evalplus_max_memory_gb or 4.0},
+                    "livecodebench": {"test_timeout_s": s.lcb_timeout_s, "release": s.lcb_release,
+                                      "window": [s.lcb_start, s.lcb_end]}},
+        "libraries": library_versions(), "data": data, "runs": {Path(r).name: run_info(r) for r in run_dirs},
+        "commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
 
+def _plan_stops(workdir: Path) -> dict:
+    path = workdir / "plan.json"
+    return json.loads(path.read_text()).get("stop", {}) if path.is_file() else {}
+
+
 def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir: Path, backend=None, log=print) -> None:
-    plan = make_plan(adapters, items, template=s.template, max_new_tokens=s.budgets(), shards=s.shard[1],
-                     slice_size=s.slice_size, model=s.model)
-    write_or_check_plan(workdir, plan)
+    from eval.prompts import stop_strings, stop_token_ids
+
+    for b, its in items.items():
+        for w in kind_of(BENCHMARKS[b]).warnings(its):
+            log(f"WARNING: {w}")
     own = backend is None
     backend = backend or make_engine(s, adapters)
     try:
+        tok = backend.tokenizer
+        stops = {b: stop_strings(b, s.template, tok) for b in items}
+        plan = make_plan(adapters, items, template=s.template, max_new_tokens=s.budgets(), shards=s.shard[1],
+                         slice_size=s.slice_size, model=s.policy.model, stops=stops)
+        write_or_check_plan(workdir, plan)
+        chunk = s.chunk_size if s.chunk_size is not None else (0 if s.policy.engine == "vllm" else s.policy.max_batch_size)
         t0 = time.perf_counter()
         n = generate_shard(backend, adapters, items, workdir, template=s.template, max_new_tokens=s.budgets(),
-                           shard=s.shard, slice_size=s.slice_size, chunk_size=s.chunk_size, progress=log)
+                           shard=s.shard, slice_size=s.slice_size, chunk_size=chunk, stops=stops,
+                           stop_ids=stop_token_ids(s.template, tok), progress=log)
         log(f"generated {n} completions in {time.perf_counter() - t0:.1f}s (shard {s.shard[0]}/{s.shard[1]})")
     finally:
         if own:
             backend.close()
 
 
+def score_rows(who: EvalAdapter, bench: str, verdicts: Mapping[str, Verdict]) -> list[dict]:
+    """One row per metric of ``bench``: value, item count, 95% Wilson interval."""
+    rows = []
+    for metric, column in BENCHMARKS[bench].column_names():
+        k, n = sum(bool(v.metrics[metric]) for v in verdicts.values()), len(verdicts)
+        lo, hi = wilson_interval(k, n)
+        rows.append({"key": who.key, "run": who.run, "member_id": who.member_id, "role": who.role, "benchmark": bench,
+                     "metric": metric, "column": column, "value": k / n if n else None, "n": n, "passed": k,
+                     "ci95": [lo, hi]})
+    return rows
+
+
 def score_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir: Path, log=print) -> list[dict]:
-    """Score the merged generations; one row per (adapter, benchmark, metric)."""
-    from eval.prompts import solution_source
-    from eval.score_code import sanitize_solution, score_evalplus
-
+    """Score the merged generations through each benchmark's kind; one row per (adapter, benchmark, metric)."""
     rows: list[dict] = []
-
-    def add(a: EvalAdapter, bench: str, metric: str, value: float, n: int) -> None:
-        rows.append({"key": a.key, "run": a.run, "member_id": a.member_id, "role": a.role, "benchmark": bench,
-                     "metric": metric, "column": METRICS[(bench, metric)], "value": value, "n": n})
-
     for bench, its in items.items():
-        kind = BENCHMARKS[bench].kind
+        spec = BENCHMARKS[bench]
+        kind = kind_of(spec)
         recs = {a.key: load_merged(workdir, a.key, bench) for a in adapters}
+        answers = {a.key: {it.item_id: kind.answer(it, recs[a.key][it.item_id]) for it in its} for a in adapters}
         t0 = time.perf_counter()
-        if bench in ("humaneval_plus", "mbpp_plus"):
-            sols = {
-                a.key: {it.item_id: sanitize_solution(
-                    solution_source(it, recs[a.key][it.item_id]["prompt"], recs[a.key][it.item_id]["completion"], s.template),
-                    it.meta["entry_point"]) for it in its}
-                for a in adapters
-            }
-            res = score_evalplus(bench, sols, cache_dir=s.cache_dir, data_dir=s.data_dir, path=s.data_paths.get(bench),
-                                 parallel=s.evalplus_parallel, max_memory_gb=s.evalplus_max_memory_gb)
-            for a in adapters:
-                add(a, bench, "base", res[a.key]["base"], len(its))
-                add(a, bench, "plus", res[a.key]["plus"], len(its))
-        elif bench == "livecodebench":
-            from eval.livecodebench import score_livecodebench
-
-            cands = [(it, solution_source(it, recs[a.key][it.item_id]["prompt"], recs[a.key][it.item_id]["completion"], s.template))
-                     for a in adapters for it in its]
-            verdicts = score_livecodebench(cands, timeout_s=s.lcb_timeout_s)
-            for k, a in enumerate(adapters):
-                mine = verdicts[k * len(its) : (k + 1) * len(its)]
-                add(a, bench, "pass", sum(v.passed for v in mine) / len(its), len(its))
-        elif kind == "math":
-            from eval.math_answers import is_correct
-
-            for a in adapters:
-                ok = sum(is_correct(recs[a.key][it.item_id]["completion"], it.gold) for it in its)
-                add(a, bench, "acc", ok / len(its), len(its))
+        verdicts = kind.score(spec, its, answers, s)
+        for a in adapters:
+            path = workdir / "verdicts" / a.key / f"{bench}.jsonl"
+            if path.exists():
+                path.unlink()
+            append_records(path, [{"item_id": it.item_id, **verdicts[a.key][it.item_id].to_json()} for it in its])
+            rows.extend(score_rows(a, bench, verdicts[a.key]))
         log(f"scored {bench} for {len(adapters)} adapters in {time.perf_counter() - t0:.1f}s")
     return rows
 
@@ -184,14 +171,15 @@ def score_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir
 def write_scores(rows: Sequence[dict], prov: dict, workdir: Path, run_dirs: Sequence[str | Path]) -> list[Path]:
     """``<workdir>/scores.json`` and ``<run>/eval/scores.json`` (run's rows + base rows)."""
     written = []
-    targets = [(workdir / "scores.json", list(rows))]
+    targets = [(workdir / "scores.json", list(rows), prov)]
     for r in run_dirs:
         name = Path(r).name
-        targets.append((Path(r) / "eval" / "scores.json", [x for x in rows if x["run"] == name or x["role"] == "base"]))
-    for path, rs in targets:
+        run_prov = {**prov, "runs": {name: prov["runs"].get(name, {})}}
+        targets.append((Path(r) / "eval" / "scores.json", [x for x in rows if x["run"] == name or x["role"] == "base"], run_prov))
+    for path, rs, p in targets:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"provenance": prov, "rows": rs}, indent=1) + "\n")
+        tmp.write_text(json.dumps({"provenance": p, "rows": rs}, indent=1) + "\n")
         os.replace(tmp, path)
         written.append(path)
     return written
@@ -202,7 +190,7 @@ def evaluate_runs(run_dirs: Sequence[str | Path], s: EvalSettings, *, workdir: P
     """``stage``: ``generate`` (this shard only), ``merge``, ``score`` (merge + score) or ``all``."""
     adapters = collect_adapters(run_dirs, only, s.include_base)
     if s.check_base:
-        check_base_model(adapters, s.model)
+        check_base_model(adapters, s.policy.model)
     items = load_benchmarks(s)
     if stage in ("generate", "all"):
         generate_stage(s, adapters, items, workdir, backend, log)
@@ -220,7 +208,7 @@ def evaluate_runs(run_dirs: Sequence[str | Path], s: EvalSettings, *, workdir: P
     if stage == "merge":
         return []
     rows = score_stage(s, adapters, items, workdir, log)
-    for p in write_scores(rows, provenance(s, items), workdir, run_dirs):
+    for p in write_scores(rows, provenance(s, items, run_dirs, _plan_stops(workdir)), workdir, run_dirs):
         log(f"wrote {p}")
     return rows
 

@@ -74,6 +74,38 @@ def read_run(run_dir: str | Path) -> list[EvalAdapter]:
     return out
 
 
+def run_info(run_dir: str | Path) -> dict:
+    """What the leaderboard's provenance says about a run: its training state and config, and per
+    member the step it was born at, the operator that made it, and its LoRA rank and alpha.
+
+    Reads ``summary.json`` and ``config.yaml`` when the run has them (a run assembled by hand may not).
+    """
+    import hashlib
+
+    run_dir = Path(run_dir)
+    info: dict = {"steps_done": None, "status": None, "config_sha256": None, "members": {}}
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        try:
+            data = json.loads(summary.read_text())
+            info.update(steps_done=data.get("steps_done"), status=data.get("status"), name=data.get("name"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{summary}: invalid JSON ({e})") from e
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        info["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()
+    members = json.loads((run_dir / "members.json").read_text()) if (run_dir / "members.json").is_file() else []
+    for m in members if isinstance(members, list) else []:
+        entry = {k: m.get(k) for k in ("born_step", "operator") if k in m}
+        adir = Path(m.get("adapter_dir", ""))
+        cfg = (adir if adir.is_absolute() else run_dir / adir) / "adapter_config.json"
+        if cfg.is_file():
+            c = json.loads(cfg.read_text())
+            entry.update(rank=c.get("r"), alpha=c.get("lora_alpha"))
+        info["members"][str(m.get("id"))] = entry
+    return info
+
+
 def recorded_base_model(adapter: EvalAdapter) -> str | None:
     """The base model an adapter was trained on, as its ``adapter_config.json`` records it (or None)."""
     if adapter.adapter_dir is None:

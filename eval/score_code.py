@@ -1,4 +1,13 @@
-"""Code scoring with EvalPlus (HumanEval+ / MBPP+), offline, in a subprocess.
+"""HumanEval+ / MBPP+: the EvalPlus benchmark kind (prompts, stops, extraction) and its scorer,
+EvalPlus itself, offline, in a subprocess.
+
+Program preparation (``prepare_program``): a candidate that already parses as a module and defines
+the entry point at top level is scored as written, minus top-level statements that are not
+definitions (test calls, prints, asserts); every definition is kept. Only a candidate that does not
+parse or lacks the entry point goes through EvalPlus's sanitizer (which extracts the longest
+parsable code from prose). Why: EvalPlus's sanitizer also drops top-level functions without
+``return`` (a ``yield``-only helper, as in Mbpp/630's canonical solution), decorated functions and
+``async def``, so a correct program fails with ``NameError``.
 
 ``score_evalplus`` writes one EvalPlus ``samples.jsonl`` holding the solutions of every adapter
 (EvalPlus accepts several samples per task; the i-th sample of a task is the i-th adapter), runs
@@ -21,9 +30,11 @@ EvalPlus quirks and how they are handled:
 
 from __future__ import annotations
 
+import ast
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -31,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, benchmark_path, sha256_file
+from eval.kinds import BenchmarkKind, Verdict
 
 _DATASET = {"humaneval_plus": ("humaneval", "HUMANEVAL_OVERRIDE_PATH"), "mbpp_plus": ("mbpp", "MBPP_OVERRIDE_PATH")}
 
@@ -57,6 +69,48 @@ def sanitize_solution(code: str, entry_point: str) -> str:
     from evalplus.sanitize import sanitize
 
     return sanitize(code, entry_point)
+
+
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                ast.AnnAssign, ast.AugAssign)
+
+
+def _is_definition(node: ast.stmt) -> bool:
+    if isinstance(node, _DEFINITIONS):
+        return True
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # docstrings
+        return True
+    # `if __name__ == "__main__":` never runs under EvalPlus (the program is not __main__): harmless
+    return isinstance(node, ast.If) and ast.unparse(node.test).replace('"', "'") == "__name__ == '__main__'"
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
+
+
+def prepare_program(code: str, entry_point: str) -> tuple[str, tuple[str, ...]]:
+    """The program EvalPlus runs for a candidate, and how it was obtained (see the module docstring)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    if tree is None or not _defines(tree, entry_point):
+        return sanitize_solution(code, entry_point), ("sanitized",)
+    dropped = [n for n in tree.body if not _is_definition(n)]
+    if not dropped:
+        return code, ()
+    lines = code.split("\n")
+    cut = set()
+    for n in dropped:
+        cut.update(range(n.lineno - 1, n.end_lineno))
+    return "\n".join(line for i, line in enumerate(lines) if i not in cut), ("dropped_top_level_statements",)
 
 
 def _dataset_copy(benchmark: str, task_ids: Sequence[str], cache_dir: Path, data_dir=None, path=None) -> Path:
@@ -98,6 +152,7 @@ def score_evalplus(
 ) -> dict[str, dict]:
     """Score ``solutions[adapter][task_id] = full program`` on ``benchmark``.
 
+    ``parallel``: EvalPlus's worker count (None: EvalPlus's own default, ``cpu_count // 2``).
     Every adapter must cover the same task ids. Returns ``{adapter: {"base": pass@1, "plus":
     pass@1, "n": tasks, "items": {task_id: {"base": bool, "plus": bool}}}}``. ``min_time_limit``
     and ``gt_time_limit_factor`` are EvalPlus's per-test time limits (its defaults: 1 s and 4x the
@@ -129,7 +184,9 @@ def score_evalplus(
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         if max_memory_gb is not None:
             env["EVALPLUS_MAX_MEMORY_BYTES"] = str(int(max_memory_gb * 1024**3))
-        cmd = [sys.executable, "-c", _CHILD, dataset, str(samples), str(parallel or os.cpu_count() or 1),
+        from eval.settings import evalplus_default_parallel
+
+        cmd = [sys.executable, "-c", _CHILD, dataset, str(samples), str(parallel or evalplus_default_parallel()),
                str(min_time_limit), str(gt_time_limit_factor)]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -147,7 +204,8 @@ def score_evalplus(
             raise EvalPlusError(f"evalplus returned {len(rows)} results for {tid}, expected {len(adapters)}")
         for a, row in zip(adapters, rows):
             base = row["base_status"] == "pass"
-            out[a]["items"][tid] = {"base": base, "plus": base and row["plus_status"] == "pass"}
+            out[a]["items"][tid] = {"base": base, "plus": base and row["plus_status"] == "pass",
+                                    "base_status": row["base_status"], "plus_status": row["plus_status"]}
     for a in adapters:
         items = out[a]["items"]
         out[a].update(
@@ -165,3 +223,88 @@ def canonical_solutions(benchmark: str, data_dir=None, path=None) -> dict[str, s
     assert BENCHMARKS[benchmark].kind == "code"
     rows = read_jsonl_rows(benchmark_path(benchmark, data_dir, path))
     return {r["task_id"]: r["prompt"] + r["canonical_solution"] for r in rows}
+
+
+# -- the benchmark kind ----------------------------------------------------------------------------
+# EvalPlus's stop lists (evalplus 0.3.1, evalplus/provider/utility.py and provider/vllm.py)
+EVALPLUS_EOS = ("<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main(", "\nprint(")
+DIRECT_COMPLETION_EOS = {"humaneval": ("\ndef ", "\nclass ", "\nimport ", "\nfrom ", "\nassert "),
+                         "mbpp": ('\n"""', "\nassert")}
+CHAT_EOS = ("\n```",)  # EvalPlus: "\n```\n"; without the newline, a closing fence followed by EOS stops too
+
+
+class EvalPlusKind(BenchmarkKind):
+    """HumanEval+ and MBPP+: EvalPlus's prompts and stop lists, extraction, EvalPlus scoring."""
+
+    name = "evalplus"
+
+    def prompt(self, item, template: str, tokenizer=None) -> str:
+        from eval.prompts import (
+            EVALPLUS_INSTRUCTION,
+            EVALPLUS_RESPONSE,
+            chat_prompt,
+            check_template,
+            r1_prompt,
+        )
+
+        check_template(template)
+        if template == "base":
+            return item.question.rstrip()  # EvalPlus continues the signature and docstring
+        instruction = f"{EVALPLUS_INSTRUCTION}\n```\n{item.question.strip()}\n```"
+        if template == "r1":
+            return r1_prompt(instruction)
+        return chat_prompt([{"role": "user", "content": instruction}], tokenizer) + EVALPLUS_RESPONSE + "\n```python"
+
+    def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
+        from eval.prompts import template_stops
+
+        if template == "base":
+            return EVALPLUS_EOS + DIRECT_COMPLETION_EOS[spec.options["dataset"]]
+        if template == "chat":
+            return tuple(dict.fromkeys(EVALPLUS_EOS + CHAT_EOS + template_stops(template, tokenizer)))
+        return template_stops(template, tokenizer)
+
+    def answer(self, item, record) -> str:
+        return solution_source(item, record["prompt"], record["completion"], record["template"])
+
+    def answer_from_sample(self, item, sample) -> str:
+        if "solution" in sample:
+            return str(sample["solution"])
+        return item.question + str(sample["completion"])  # EvalPlus: prompt + completion
+
+    def score(self, spec, items, answers, settings) -> dict:
+        programs, notes = {}, {}
+        for who, per_item in answers.items():
+            programs[who] = {}
+            for it in items:
+                programs[who][it.item_id], notes[(who, it.item_id)] = prepare_program(per_item[it.item_id], it.meta["entry_point"])
+        res = score_evalplus(spec.name, programs, cache_dir=settings.cache_dir, data_dir=settings.data_dir,
+                             path=settings.data_paths.get(spec.name), parallel=settings.parallel(),
+                             min_time_limit=settings.evalplus_min_time_limit,
+                             gt_time_limit_factor=settings.evalplus_gt_time_limit_factor,
+                             max_memory_gb=settings.evalplus_max_memory_gb)
+        out: dict = {}
+        for who in answers:
+            out[who] = {}
+            for it in items:
+                v = res[who]["items"][it.item_id]
+                reason = "ok" if v["plus"] else (f"base:{v['base_status']}" if not v["base"] else f"plus:{v['plus_status']}")
+                out[who][it.item_id] = Verdict({"base": v["base"], "plus": v["plus"]}, reason, programs[who][it.item_id],
+                                               notes[(who, it.item_id)])
+        return out
+
+
+def solution_source(item, prompt: str, completion: str, template: str) -> str:
+    """The candidate program of a generation record, before ``prepare_program``."""
+    from eval.prompts import answer_block, prompt_opens_fence
+
+    if template == "base":
+        return prompt + completion  # the completion continues the function body
+    if prompt_opens_fence(prompt) and template != "r1":
+        return completion.split("```")[0].strip("\n")  # inside the prefilled block, up to its closing fence
+    text = answer_block(completion, template)
+    blocks = _FENCE.findall(text)
+    return blocks[-1].strip("\n") if blocks else text.strip("\n")
+
+
+_FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|$)", re.S)

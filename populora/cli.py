@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "populora.commands.bench",
     "populora.commands.models",
     "populora.commands.eval",
+    "populora.commands.score",
     "populora.commands.evolve",
     "populora.commands.sweep",
     "populora.commands.report",

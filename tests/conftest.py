@@ -27,9 +27,21 @@ def _has_slurm() -> bool:
         return False
 
 
+def chromium_binary() -> str | None:
+    """Debian's headless Chromium (``apt-get install chromium``), if installed."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: needs headless Chromium (Debian package chromium); skipped elsewhere "
+                                       "unless POPULORA_REQUIRE_BROWSER=1")
+
+
 def pytest_collection_modifyitems(config, items):
     cuda = _has_cuda()
     slurm = _has_slurm() or os.environ.get("POPULORA_REQUIRE_SLURM") == "1"
+    browser = chromium_binary() is not None or os.environ.get("POPULORA_REQUIRE_BROWSER") == "1"
+    skip_browser = pytest.mark.skip(reason="needs headless Chromium: apt-get install chromium (marker: browser)")
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (marker: gpu)")
     skip_slurm = pytest.mark.skip(reason="needs the test cluster from slurm/testing/ (marker: slurm)")
     for item in items:
@@ -37,3 +49,5 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "slurm" in item.keywords and not slurm:
             item.add_marker(skip_slurm)
+        if "browser" in item.keywords and not browser:
+            item.add_marker(skip_browser)

@@ -13,6 +13,7 @@ import pytest
 
 from eval.benchmarks import BENCHMARKS, ENV_DIR
 from populora.cli import main
+from populora.policy.config import PolicyConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get(ENV_DIR, REPO.parent / "shared" / "benchmarks"))
@@ -26,7 +27,7 @@ def runs(tmp_path_factory):
     from eval.runs import init_run
 
     root = tmp_path_factory.mktemp("runs")
-    probe = make_engine(EvalSettings(model="tiny"), [])
+    probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     shapes = probe.module_shapes()
     probe.close()
     init_run(root / "pop", shapes, [("t0", "teacher"), ("s0", "student")], seed=1)
@@ -49,11 +50,21 @@ def test_eval_every_benchmark_then_leaderboard(runs, tmp_path, capsys):
     keys = {r["key"] for r in scores["rows"]}
     assert keys == {"pop__t0", "pop__s0", "base"}
     assert {r["column"] for r in scores["rows"]} >= {"HumanEval+", "MBPP+", "LiveCodeBench", "gsm8k", "olympiadbench"}
-    assert all(0.0 <= r["value"] <= 1.0 and r["n"] == 1 for r in scores["rows"])
-    assert scores["provenance"]["data"]["gsm8k"]["sha256"] == BENCHMARKS["gsm8k"].sha256
+    assert all(0.0 <= r["value"] <= 1.0 and r["n"] == 1 and 0.0 <= r["ci95"][0] <= r["ci95"][1] <= 1.0 for r in scores["rows"])
+    prov = scores["provenance"]
+    assert prov["data"]["gsm8k"]["sha256"] == BENCHMARKS["gsm8k"].sha256
+    assert prov["backend"] == "hf" and prov["libraries"]["evalplus"] and prov["scorers"]["livecodebench"]["test_timeout_s"] == 6
+    assert prov["stop"]["gsm8k"] == ["\nQuestion:"] and prov["runs"]["pop"]["members"]["t0"]["rank"] == 8
     gen = tmp_path / "work" / "merged" / "single__b0" / "livecodebench.jsonl"
     rec = json.loads(gen.read_text().splitlines()[0])
     assert rec["item_id"] == "toy001" and rec["max_new_tokens"] == 8 and rec["template"] == "base"
+    assert rec["stop"] == ["\n```"]
+    for b in ("gsm8k", "humaneval_plus"):  # the real engine honoured the stop strings
+        for line in (tmp_path / "work" / "merged" / "pop__t0" / f"{b}.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            assert not any(stop in r["completion"] for stop in r["stop"])
+    verdict = json.loads((tmp_path / "work" / "verdicts" / "pop__s0" / "humaneval_plus.jsonl").read_text().splitlines()[0])
+    assert set(verdict["metrics"]) == {"base", "plus"} and "reason" in verdict
 
     # resuming generates nothing new
     capsys.readouterr()
@@ -63,7 +74,8 @@ def test_eval_every_benchmark_then_leaderboard(runs, tmp_path, capsys):
     out = tmp_path / "board"
     assert main(["leaderboard", str(runs / "pop"), str(runs / "single"), "--out", str(out)]) == 0
     md = (out / "leaderboard.md").read_text()
-    for label in ("pop / teacher / t0", "pop / student / s0", "single / baseline / b0", "base model", "population mean"):
+    for label in ("run pop", "t0 (teacher)", "s0 (student)", "run single", "b0 (baseline)",
+                  "base model tiny, evaluated with run pop, single", "population mean"):
         assert label in md
     assert (out / "leaderboard.csv").is_file() and "base64," in (out / "leaderboard.html").read_text()
 
@@ -147,7 +159,7 @@ def test_vllm_engine_serves_all_adapters(tmp_path):
     from eval.pipeline import EvalSettings, make_engine
     from eval.runs import init_run
 
-    probe = make_engine(EvalSettings(model="smollm2-135m", backend="hf"), [])
+    probe = make_engine(EvalSettings(policy=PolicyConfig(model="smollm2-135m", engine="hf")), [])
     shapes = probe.module_shapes()
     probe.close()
     init_run(tmp_path / "pop", shapes, [("t0", "teacher"), ("s0", "student")], seed=3)
@@ -176,7 +188,7 @@ def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
     from eval.pipeline import EvalSettings, make_engine
     from eval.runs import init_run
 
-    probe = make_engine(EvalSettings(model="tiny"), [])
+    probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     shapes = probe.module_shapes()
     probe.close()
     init_run(tmp_path / "r", shapes, [("s0", "student")], base_model="smollm2-135m")
@@ -188,3 +200,20 @@ def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
     assert not (tmp_path / "w").exists()  # refused before anything was generated
     assert main([*args, "--skip-base-check"]) == 0
     assert json.loads((tmp_path / "w" / "scores.json").read_text())["rows"]
+
+
+def test_engine_lora_rank_comes_from_the_adapters(tmp_path):
+    """vLLM sizes max_lora_rank from config.lora.rank: it must be the adapters' rank, not a default."""
+    from eval.engine import make_engine
+    from eval.runs import init_run
+    from eval.settings import EvalSettings
+
+    probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
+    shapes = probe.module_shapes()
+    probe.close()
+    adapters = init_run(tmp_path / "r", shapes, [("a", "student"), ("b", "student")], rank=48)
+    engine = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), adapters)
+    try:
+        assert engine.config.lora.rank == 48 and sorted(engine.adapter_names()) == ["r__a", "r__b"]
+    finally:
+        engine.close()

@@ -43,6 +43,7 @@ class ScriptedBackend:
             raise KeyboardInterrupt("simulated interruption")
         assert sampling.greedy
         self.calls.append([(r.adapter, r.prompt) for r in requests])
+        self.samplings = getattr(self, "samplings", []) + [sampling]
         return [GenerationResult([1], [Completion([1, 2], f"{r.adapter}|{r.prompt[:12]}", [0.0, 0.0], "length")])
                 for r in requests]
 
@@ -159,3 +160,42 @@ def test_parse_shard():
     for bad in ("8/8", "x", "1/0"):
         with pytest.raises(ValueError):
             parse_shard(bad)
+
+
+def test_all_pending_requests_in_one_call_with_the_benchmarks_stops(tmp_path):
+    """chunk_size 0 (the vLLM default): one generate call per benchmark holding every pending request."""
+    be = ScriptedBackend()
+    stops = {"gsm8k": ("\nQuestion:",), "aime24": ("</answer>",)}
+    n = _gen(tmp_path, be, chunk_size=0, stops=stops, stop_ids=(7,))
+    assert n == 3 * 5 + 3 * 3 and [len(c) for c in be.calls] == [15, 9]
+    assert [s.stop for s in be.samplings] == [("\nQuestion:",), ("</answer>",)]
+    # the policy's SamplingParams has no stop_token_ids field yet: the ids are not passed
+    assert not hasattr(be.samplings[0], "stop_token_ids")
+    rec = load_merged(tmp_path, "r__t0", "gsm8k") if merge(tmp_path) else None
+    assert rec["0"]["stop"] == ["\nQuestion:"]
+
+
+def test_stop_token_ids_reach_engines_that_take_them():
+    from dataclasses import dataclass
+
+    from eval.generate import sampling_params
+
+    @dataclass(frozen=True)
+    class WithIds:
+        temperature: float = 1.0
+        max_new_tokens: int = 8
+        stop: tuple = ()
+        stop_token_ids: tuple = ()
+
+    assert sampling_params(WithIds, 5, ["x"], [3]) == WithIds(0.0, 5, ("x",), (3,))
+
+
+def test_engine_is_sized_for_the_adapters_rank(tmp_path):
+    from eval.engine import adapter_rank
+    from eval.runs import init_run
+
+    [a] = init_run(tmp_path / "r", {"model.layers.0.self_attn.q_proj": (8, 8)}, [("s0", "student")], rank=64)
+    assert adapter_rank(a) == 64  # not the preset default of 32
+    (a.adapter_dir / "adapter_config.json").write_text('{"r": "big"}')
+    with pytest.raises(ValueError, match="adapter_config.json: LoRA rank 'r' must be a positive integer"):
+        adapter_rank(a)

@@ -1,13 +1,20 @@
-"""LiveCodeBench scorer on the toy fixture: stdin and functional problems run in the project's
-sandbox; a problem passes only when every public and private test passes."""
+"""LiveCodeBench loader and scorer on the toy fixture: stdin and functional problems run in the
+project's sandbox; a problem passes only when every public and private test passes. The parity
+with LiveCodeBench's own scorer is in test_eval_lcb_parity.py."""
 
 from __future__ import annotations
 
+import base64
+import json
+import pickle
+import zlib
 from pathlib import Path
 
 import pytest
 
-from eval.livecodebench import functional_matches, load_livecodebench, score_livecodebench, stdout_matches
+from eval.benchmarks import BenchmarkDataError
+from eval.lcb_harness import same_output
+from eval.livecodebench import empty_private_warning, load_livecodebench, score_livecodebench
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "livecodebench"
 
@@ -23,19 +30,45 @@ BAD = {
     # passes the public test [1, 5, 3] -> 8? no: 2 * 5 = 10; fails at once
     "toy002": ("class Solution:\n    def maxPairSum(self, nums):\n        return 2 * max(nums)\n", "wrong_answer"),
     "toy003": ("while True:\n    pass\n", "timeout"),
-    "toy004": ("class Solution:\n    def sortedSquares(self, nums):\n        raise ValueError('no')\n", "runtime_error:ValueError"),
+    "toy004": ("class Solution:\n    def sortedSquares(self, nums):\n        raise ValueError('no')\n", "runtime_error"),
 }
 
 
 def test_stdout_comparison_like_lcb():
-    assert stdout_matches("7\n", "7")
-    assert stdout_matches("  1 2 \n3\n\n", "1 2\n3")
-    assert stdout_matches("2.5000000000\n", "2.5")  # numeric tokens compare as decimals
-    assert not stdout_matches("1.333333\n", "1.3333333333")  # LCB: exact decimal equality
-    assert not stdout_matches("1 2\n", "1 2\n3")
-    assert functional_matches(repr("[1, 4]"), "[1, 4]")
-    assert not functional_matches(repr("[4, 1]"), "[1, 4]")
-    assert not functional_matches("not a repr", "1")
+    assert same_output("7\n", "7")
+    assert same_output("  1 2 \n3\n\n", "1 2\n3")
+    assert same_output("2.5000000000\n", "2.5")  # numeric tokens compare as decimals
+    assert not same_output("1.333333\n", "1.3333333333")  # LCB: exact decimal equality
+    assert not same_output("1 2\n", "1 2\n3")
+    assert not same_output("x\n", "1")
+
+
+def test_window_is_inclusive_like_lcb():
+    ids = {it.item_id for it in load_livecodebench(FIXTURE, start="2024-09-14", end="2025-01-10")}
+    assert ids == {"toy001", "toy002", "toy003", "toy004"}  # toy001 on the start date, toy003 on the end date
+    assert {it.item_id for it in load_livecodebench(FIXTURE, start="2024-09-15", end="2025-01-09")} == {"toy002", "toy004"}
+
+
+def _write_release(tmp_path, private):
+    row = {"question_title": "t", "question_content": "q", "platform": "atcoder", "question_id": "p1", "contest_id": "c",
+           "contest_date": "2024-09-01T00:00:00", "starter_code": "", "difficulty": "easy",
+           "public_test_cases": json.dumps([]), "metadata": "{}",
+           "private_test_cases": base64.b64encode(zlib.compress(pickle.dumps(json.dumps(private)))).decode()}
+    (tmp_path / "test.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def test_a_problem_without_tests_is_refused_at_load_time(tmp_path):
+    _write_release(tmp_path, [])
+    with pytest.raises(BenchmarkDataError, match=r"test\.jsonl: line 1: problem 'p1' has no test cases"):
+        load_livecodebench(tmp_path, release="v1", start=None, end=None)
+
+
+def test_empty_private_tests_are_announced(tmp_path):
+    items = load_livecodebench(FIXTURE)
+    assert empty_private_warning(items) is None
+    public_only = [type(items[0])(it.benchmark, it.item_id, it.question, None, {**it.meta, "private_tests": 0}) for it in items[:2]]
+    w = empty_private_warning(public_only)
+    assert "2 of 2 problems have no private tests" in w and "toy001" in w
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from eval.prompts import build_prompt
 pytest.importorskip("lm_eval")
 from eval.lm_eval_model import PopuLoRALM, task_configs, task_manager  # noqa: E402
 from populora.policy.base import Completion, GenerationResult  # noqa: E402
+from populora.policy.config import PolicyConfig  # noqa: E402
 
 DATA = Path(os.environ.get(ENV_DIR, Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks"))
 needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
@@ -62,10 +63,10 @@ def test_simple_evaluate_on_tiny_engine_with_an_adapter(tmp_path):
     from eval.pipeline import EvalSettings, make_engine
     from eval.runs import init_run
 
-    probe = make_engine(EvalSettings(model="tiny"), [])
+    probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     adapters = init_run(tmp_path / "run", probe.module_shapes(), [("s0", "student")])
     probe.close()
-    backend = make_engine(EvalSettings(model="tiny"), adapters)
+    backend = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), adapters)
     cfg = task_configs(["gsm8k"], DATA)
     cfg[0]["generation_kwargs"] = {**cfg[0]["generation_kwargs"], "max_gen_toks": 8}
     for adapter in (adapters[0].key, None):  # the adapter, then the base model, same engine

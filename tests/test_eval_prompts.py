@@ -27,6 +27,10 @@ def tokenizer():
 def test_code_prompts_never_end_in_whitespace(template, tokenizer):
     for item in (CODE, LCB_STDIN, LCB_FN):
         p = build_prompt(item, template, tokenizer)
+        if template == "chat" and item.benchmark == "livecodebench":
+            # LCB's chat prompt is not prefilled: it ends with the template's generation prompt
+            assert p.endswith("<|im_start|>assistant\n") and "```python\n# YOUR CODE HERE" in p or "class Solution" in p
+            continue
         assert p == p.rstrip(), (template, item.item_id, p[-30:])
 
 
@@ -45,3 +49,37 @@ def test_templates(tokenizer):
         build_prompt(MATH, "chat", None)
     with pytest.raises(ValueError, match="--template"):
         build_prompt(MATH, "fancy")
+
+
+def test_stop_strings_per_template_and_benchmark(tokenizer):
+    from eval.prompts import end_of_turn, stop_strings
+
+    assert end_of_turn(tokenizer) == "<|im_end|>"  # read from the chat template itself
+    assert "\nQuestion:" in stop_strings("gsm8k", "base")
+    assert "<|im_end|>" in stop_strings("gsm8k", "chat", tokenizer)
+    assert stop_strings("aime24", "r1") == ("</answer>", "\nUser:")
+    assert "\ndef " in stop_strings("humaneval_plus", "base") and "\nassert" in stop_strings("mbpp_plus", "base")
+    assert "\n```" in stop_strings("humaneval_plus", "chat", tokenizer)
+    assert stop_strings("livecodebench", "base") == ("\n```",)
+    assert "<|im_end|>" in stop_strings("livecodebench", "chat", tokenizer)
+
+
+def test_a_run_on_completion_is_cut_at_the_first_answer(tokenizer):
+    """On `tiny`, with a scripted completion that runs on past its answer into an invented question:
+    the stop strings end it at the first answer, and the scorer reads that answer."""
+    from eval.benchmarks import BENCHMARKS
+    from eval.kinds import kind_of
+    from eval.math_answers import is_correct
+    from eval.prompts import stop_strings
+    from populora.policy.sampling import find_stop
+
+    run_on = " 1 + 1 = 2, so the answer is $\\boxed{2}$.\nQuestion: What is 2 + 2?\nAnswer: It is $\\boxed{5}$."
+    cut = find_stop(run_on, stop_strings("gsm8k", "base"))
+    record = {"prompt": build_prompt(MATH, "base"), "completion": run_on[:cut], "template": "base", "finish_reason": "stop"}
+    answer = kind_of(BENCHMARKS["gsm8k"]).answer(MATH, record)
+    assert is_correct(answer, "2") and not is_correct(run_on, "2")  # unstopped, the invented answer is scored
+
+    r1 = "<think>easy</think> <answer>\\boxed{2}</answer>\nUser: next? Assistant: <answer>\\boxed{7}</answer>"
+    cut = find_stop(r1, stop_strings("gsm8k", "r1"))
+    rec = {"prompt": build_prompt(MATH, "r1"), "completion": r1[:cut], "template": "r1", "finish_reason": "stop"}
+    assert is_correct(kind_of(BENCHMARKS["gsm8k"]).answer(MATH, rec), "2")

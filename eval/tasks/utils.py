@@ -5,8 +5,7 @@ math-verify scoring as ``populora eval`` (``eval.benchmarks`` readers, ``eval.pr
 from __future__ import annotations
 
 from eval.benchmarks import BENCHMARKS
-from eval.math_answers import is_correct
-from eval.prompts import question_text
+from eval.math_answers import is_correct, math_instruction
 
 
 def _process(bench: str):
@@ -33,9 +32,7 @@ process_docs_olympiadbench = _process("olympiadbench")
 
 def doc_to_text(doc: dict) -> str:
     """The un-templated instruction; the ``populora`` lm-eval model wraps it in its template."""
-    from eval.benchmarks import Item
-
-    return question_text(Item(doc["benchmark"], doc["item_id"], doc["question"], doc["gold"]))
+    return math_instruction(doc["question"])
 
 
 def process_results(doc: dict, results: list[str]) -> dict[str, int]:

@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--max-batch-size", type=int, default=64, help="rows decoded together by the backend")
+    p.add_argument("--policy", type=_kv, action="append", default=[], metavar="KEY=VALUE",
+                   help="any other engine setting of the run config's policy: section (repeatable), "
+                        "e.g. vllm.gpu_memory_utilization=0.9 or vllm.max_loras=8; see docs/backends.md")
     p.add_argument("--template", default="base", choices=("base", "chat", "r1"), help="prompt template (see docs/evaluation.md)")
     p.add_argument("--max-new-tokens", type=_kv, action="append", default=[], metavar="BENCH=N",
                    help="token budget per benchmark (repeatable); defaults in eval/benchmarks.py")
@@ -44,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
     p.add_argument("--lcb-release", default="release_v5")
     p.add_argument("--lcb-start", default="2024-08-01", help="first contest date (ISO), inclusive")
-    p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), exclusive")
+    p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), inclusive (as LCB)")
+    p.add_argument("--lcb-timeout", type=int, default=6, help="LiveCodeBench per-test alarm in seconds (LCB: 6)")
     p.add_argument("--skip-missing", action="store_true", help="skip benchmarks whose data is not available (says which)")
     p.add_argument("--shard", default="0/1", help="i/N: this process's share of adapter x benchmark x slice")
     p.add_argument("--stage", default="all", choices=("all", "generate", "merge", "score"))
@@ -52,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", help="generations and scores (default: <first run>/eval/work)")
     p.add_argument("--evalplus-max-memory-gb", type=float,
                    help="address-space limit of EvalPlus test processes (default: EvalPlus's 4 GiB)")
+    p.add_argument("--evalplus-parallel", type=int, help="EvalPlus workers (default: EvalPlus's own, cpu_count // 2)")
+    p.add_argument("--chunk-size", type=int,
+                   help="requests per generate call (default: vLLM all pending of a benchmark, HF one batch)")
     p.add_argument("--cache-dir", help="EvalPlus data/ground-truth cache (default $POPULORA_CACHE/evalplus)")
     p.set_defaults(func=run_eval)
 
@@ -64,7 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     from eval.benchmarks import BENCHMARKS, BenchmarkDataError, resolve_benchmarks
     from eval.generate import ShardError, parse_shard
-    from eval.pipeline import EvalSettings, evaluate_runs, load_benchmarks
+    from eval.pipeline import evaluate_runs, load_benchmarks
+    from eval.settings import EvalSettings
 
     try:
         benches = resolve_benchmarks(args.benchmarks)
@@ -74,12 +82,12 @@ def run_eval(args: argparse.Namespace) -> int:
                 raise ValueError(f"--max-new-tokens: unknown benchmark {k!r}")
             budgets[k] = int(v)
         s = EvalSettings(
-            model=args.model, backend=args.backend, device=args.device, dtype=args.dtype,
-            max_batch_size=args.max_batch_size, template=args.template, benchmarks=benches, max_new_tokens=budgets,
+            policy=eval_policy(args), template=args.template, benchmarks=benches, max_new_tokens=budgets,
             limit=args.limit, slice_size=args.slice_size, shard=parse_shard(args.shard), data_dir=args.data_dir,
             data_paths=dict(args.data), lcb_release=args.lcb_release, lcb_start=args.lcb_start or None,
-            lcb_end=args.lcb_end or None, cache_dir=args.cache_dir, include_base=not args.no_base,
-            evalplus_max_memory_gb=args.evalplus_max_memory_gb, check_base=not args.skip_base_check,
+            lcb_end=args.lcb_end or None, lcb_timeout_s=args.lcb_timeout, cache_dir=args.cache_dir,
+            include_base=not args.no_base, evalplus_max_memory_gb=args.evalplus_max_memory_gb,
+            evalplus_parallel=args.evalplus_parallel, chunk_size=args.chunk_size, check_base=not args.skip_base_check,
         )
         if args.skip_missing:
             kept = []
@@ -93,10 +101,23 @@ def run_eval(args: argparse.Namespace) -> int:
         workdir = Path(args.workdir) if args.workdir else Path(args.runs[0]) / "eval" / "work"
         evaluate_runs(args.runs, s, workdir=workdir, only=args.adapters, stage=args.stage,
                       log=lambda m: print(m, file=sys.stderr))
-    except (BenchmarkDataError, ShardError, FileNotFoundError, ValueError) as e:
+    except (BenchmarkDataError, ShardError, FileNotFoundError, ValueError) as e:  # PolicyConfigError too
         print(f"populora eval: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def eval_policy(args: argparse.Namespace):
+    """The engine's ``PolicyConfig``: the flags, then ``--policy KEY=VALUE`` overrides (omegaconf
+    dot-list, so values parse as they do in a run config; an unknown key is an error naming it)."""
+    from omegaconf import OmegaConf
+
+    from populora.policy.config import PolicyConfig
+
+    base = {"engine": args.backend, "model": args.model, "device": args.device, "dtype": args.dtype,
+            "max_batch_size": args.max_batch_size}
+    node = OmegaConf.merge(OmegaConf.create(base), OmegaConf.from_dotlist([f"{k}={v}" for k, v in args.policy]))
+    return PolicyConfig.from_mapping(node)
 
 
 def run_leaderboard(args: argparse.Namespace) -> int:
