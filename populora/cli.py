@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "populora.commands.evolve",
     "populora.commands.sweep",
     "populora.commands.report",
+    "populora.commands.plan",
 )
 
 
