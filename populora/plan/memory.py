@@ -176,10 +176,16 @@ def checkpointed_layer_bytes_per_token(p: PlanInputs) -> float:
 
 
 def saved_activation_bytes(p: PlanInputs, rows: int, width: int) -> float:
-    """Bytes the decoder saves for backward on ``rows`` sequences padded to ``width`` tokens, plus
-    the rotary tables (cos and sin per position)."""
-    per_layer = checkpointed_layer_bytes_per_token(p) if p.gradient_checkpointing else layer_bytes_per_token(p)
-    return rows * width * p.shape.layers * per_layer + width * 2 * p.shape.head_dim * p.d
+    """Bytes the decoder saves for backward on ``rows`` sequences padded to ``width`` tokens.
+
+    Without checkpointing: every layer's activations and the rotary tables (cos and sin per
+    position). With it: every layer's input, and the final RMSNorm's float32 input and inverse
+    RMS (without checkpointing the last layer's saved tensors already hold those).
+    """
+    tokens = rows * width
+    if p.gradient_checkpointing:
+        return tokens * (p.shape.layers * checkpointed_layer_bytes_per_token(p) + 4 * (p.shape.hidden + 1))
+    return tokens * p.shape.layers * layer_bytes_per_token(p) + width * 2 * p.shape.head_dim * p.d
 
 
 def backward_working_bytes(p: PlanInputs, tokens: int) -> float:
