@@ -26,13 +26,18 @@ KNOB_KEYS = {
 def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
     """The plan's inputs from run config ``cfg`` (``prompt_tokens`` overrides the prompt budget)."""
     m, lora, pop, sp = cfg.model, cfg.lora, cfg.population, cfg.selfplay
-    dtype = m.dtype if m.dtype != "auto" else ("bfloat16" if str(m.device).startswith("cuda") else "float32")
+    device = str(m.device)
+    if device == "auto":  # vLLM runs on CUDA only; HF where the backend would put it
+        import torch
+
+        device = "cuda" if m.backend == "vllm" or torch.cuda.is_available() else "cpu"
+    dtype = m.dtype if m.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
     adapter_dtype = getattr(m, "adapter_dtype", "auto")
     budget = prompt_tokens or getattr(cfg.tasks, "max_prompt_tokens", 0) or DEFAULT_PROMPT_TOKENS
     return PlanInputs(
         shape=model_shape(m.name),
         engine=m.backend,
-        device=str(m.device),
+        device=device,
         dtype=dtype,
         adapter_dtype=dtype if adapter_dtype in ("auto", "", None) else adapter_dtype,
         adapters=1 if pop.baseline else pop.teachers + pop.students,
