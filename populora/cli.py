@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "populora.commands.evolve",
     "populora.commands.sweep",
     "populora.commands.report",
+    "populora.commands.plan",
 )
 
 

@@ -202,6 +202,45 @@ def test_decode_loop_stops_rows_at_eos_and_drops_them():
     assert seen_batches == [[0, 1, 2], [0, 1, 2], [1, 2]]  # finished rows left the batch
 
 
+def test_sampling_logits_stay_where_the_generators_are():
+    from populora.policy.decode import sampling_logits
+
+    logits = torch.randn(3, 11)
+    assert sampling_logits(logits, None) is logits  # greedy: no copy
+    assert sampling_logits(logits, [torch.Generator()]) is logits
+    if torch.cuda.is_available():
+        on_gpu = logits.cuda()
+        assert sampling_logits(on_gpu, None) is on_gpu
+        assert sampling_logits(on_gpu, [torch.Generator(device="cuda")]) is on_gpu
+
+
+@pytest.mark.gpu
+def test_cuda_greedy_decoding_never_copies_vocabulary_rows_to_the_host(monkeypatch):
+    """Per step only the chosen tokens and their log-probs ([B] each) leave the GPU."""
+    be = make_backend({"model": "tiny", "device": "cuda", "lora": {"rank": 8, "alpha": 16, "b_std": 0.05}})
+    be.add_adapter("g0", be.new_adapter_weights(seed=0))
+    vocab = be.base.config.vocab_size
+    copies = []
+    real_cpu, real_to = torch.Tensor.cpu, torch.Tensor.to
+
+    def spy_cpu(self, *a, **k):
+        copies.append(tuple(self.shape))
+        return real_cpu(self, *a, **k)
+
+    def spy_to(self, *a, **k):
+        target = a[0] if a else k.get("device")
+        if self.is_cuda and (target == "cpu" or getattr(target, "type", None) == "cpu"):
+            copies.append(tuple(self.shape))
+        return real_to(self, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", spy_cpu)
+    monkeypatch.setattr(torch.Tensor, "to", spy_to)
+    be.generate([Req(PROMPTS[0], "g0"), Req(PROMPTS[1], None)], GREEDY)
+    monkeypatch.undo()
+    assert not [s for s in copies if s and s[-1] == vocab], copies
+    be.close()
+
+
 def test_update_touches_only_its_adapter(backend):
     before_base = _base_params(backend)
     before = {n: backend.get_weights(n) for n in backend.adapter_names()}
@@ -267,12 +306,14 @@ def test_completion_logprobs_without_grad_is_micro_batched_consistently(backend)
 
 @pytest.mark.gpu
 def test_cuda_bf16_backend_generates_and_trains_in_isolation():
-    """The CUDA path: bf16 base, float32 LoRA, mixed batch, update isolation, logprob parity."""
+    """The CUDA path: bf16 base and LoRA, float32 masters, mixed batch, update isolation, logprob parity."""
     be = make_backend({"model": "tiny", "device": "cuda", "lora": {"rank": 8, "alpha": 16, "b_std": 0.05}})
     assert be.device.type == "cuda" and next(be.base.parameters()).dtype == torch.bfloat16
     be.add_adapter("g0", be.new_adapter_weights(seed=0))
     be.add_adapter("g1", be.new_adapter_weights(seed=1))
-    assert all(p.dtype == torch.float32 and p.is_cuda for p in be.trainable_parameters("g0"))
+    # LoRA computes in the base dtype; the optimizer steps float32 masters (get_weights returns them)
+    assert all(p.dtype == torch.bfloat16 and p.is_cuda for p in be.trainable_parameters("g0"))
+    assert all(t.dtype == torch.float32 for pair in be.get_weights("g0").tensors.values() for t in pair)
     s = SamplingParams(temperature=1.0, max_new_tokens=16, n=2, seed=0)
     res = be.generate([Req(PROMPTS[0], "g0"), Req(PROMPTS[1], "g1"), Req(PROMPTS[2], None)], s)
     assert all(len(c.token_ids) == 16 for r in res for c in r.completions)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 # the presets live at the repository root, beside the package
+EXIT_DOES_NOT_FIT = 3  # as `populora plan`
 DEMO_CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml")
 
 
@@ -19,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc", type=_positive_int, default=0, metavar="W",
                    help="start W local ranks with torch's launcher (torchrun) and run on all of them; "
                         "on a GPU node, one per GPU (see docs/distributed.md)")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="start a GPU run even when its memory plan (populora plan) says it does not fit")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. selfplay.steps=4")
     p.set_defaults(func=cmd_train)
 
@@ -66,6 +69,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not args.resume and not args.config:
         print("populora train: give --config PRESET.yaml (or --resume RUN_DIR)", file=sys.stderr)
         return 2
+    if not args.no_memory_check and (refusal := memory_refusal(args)) is not None:
+        print(refusal, file=sys.stderr)
+        return EXIT_DOES_NOT_FIT
     if args.nproc > 1:
         argv = [*(["--config", args.config] if args.config else []), *(["--run-dir", args.run_dir] if args.run_dir else []),
                 *(["--resume", args.resume] if args.resume else []), *(["--quiet"] if args.quiet else []),
@@ -83,6 +89,43 @@ def cmd_train(args: argparse.Namespace) -> int:
     if rank_env().rank != 0:
         return 0  # rank 0 prints the summary
     return _print_or_fail("train", Path(summary["run_dir"]))
+
+
+def memory_refusal(args: argparse.Namespace) -> str | None:
+    """Why a GPU run would not fit its GPU (the plan's table and fixes), or ``None``.
+
+    Checked before any weights load or any rank starts, from the config and the model's shape alone
+    (``populora plan``); runs on CPU are not checked. A model whose shape the plan cannot find is
+    let through with a warning (it cannot be planned, not known to fail).
+    """
+    from populora.plan import UnknownModelShape, check_plan, format_plan
+    from populora.selfplay.runner import peek_config
+
+    cfg = peek_config(args.config, list(args.overrides), args.resume or args.run_dir, bool(args.resume))
+    gib = cuda_memory_gib(cfg.policy.device) if cfg is not None else None
+    if gib is None:
+        return None
+    try:
+        plan = check_plan(cfg, gib)
+    except UnknownModelShape as e:
+        print(f"populora train: memory plan skipped: {e}", file=sys.stderr)
+        return None
+    if plan.fits:
+        return None
+    return (f"populora train: the run does not fit one {gib:.0f} GiB GPU (exit {EXIT_DOES_NOT_FIT}); "
+            f"nothing was loaded.\n{format_plan(plan, title=cfg.name)}\n(--no-memory-check starts it anyway)")
+
+
+def cuda_memory_gib(device: str) -> float | None:
+    """Total memory of the CUDA device a run with ``policy.device`` would use; ``None`` on CPU."""
+    if not (device == "auto" or device.startswith("cuda")):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    return torch.cuda.get_device_properties(index).total_memory / 2**30
 
 
 def cmd_status(args: argparse.Namespace) -> int:

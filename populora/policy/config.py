@@ -110,6 +110,12 @@ class PolicyConfig:
     ``train_micro_batch``: sequences per forward/backward pass of the trainer (gradients of the
     micro-batches of one update are accumulated: it bounds memory, not the batch).
     ``gradient_checkpointing``: recompute layer activations in backward (needed at 7B scale).
+    ``adapter_dtype``: the LoRA layers' compute dtype; ``auto`` = the base's dtype (bf16 on GPU), so
+    a LoRA layer saves no float32 copy of its input for backward. Float32 master weights are kept
+    for the optimizer whenever it is below float32 (updates are never rounded to bf16).
+    ``logits_chunk``: completion tokens per chunk of the training log-prob tail (vocabulary
+    projection, log-softmax, entropy; ``chunked_logprobs.py``): bounds that tail's memory to
+    ``logits_chunk x vocab`` floats instead of ``[B, T, vocab]``.
     ``cpu_threads``: torch's intra-op threads on CPU; 0 = torch's default. With several threads,
     OpenMP spin-waiting makes generation 20x slower as soon as anything else (the sandbox, another
     job) uses the cores (measured: 2 s with 1 thread vs 40-58 s with 2 on a loaded 2-core machine).
@@ -126,6 +132,9 @@ class PolicyConfig:
     max_prompt_tokens: int = 4096
     train_micro_batch: int = 8
     gradient_checkpointing: bool = False
+    adapter_dtype: str = "auto"
+    # ours: 512 tokens x 152k vocab x 4 B = 0.3 GiB per chunk for Qwen2.5; the plan measures the rest
+    logits_chunk: int = 512
     cpu_threads: int = 1
     lora: LoraSpec = field(default_factory=LoraSpec)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
@@ -139,6 +148,10 @@ class PolicyConfig:
         _need(self.max_batch_size >= 1, "policy.max_batch_size", f"must be >= 1, got {self.max_batch_size}")
         _need(self.max_prompt_tokens >= 1, "policy.max_prompt_tokens", f"must be >= 1, got {self.max_prompt_tokens}")
         _need(self.train_micro_batch >= 1, "policy.train_micro_batch", f"must be >= 1, got {self.train_micro_batch}")
+        _need(self.adapter_dtype in DTYPES, "policy.adapter_dtype",
+              f"must be one of {list(DTYPES)}, got {self.adapter_dtype!r}")
+        _need(_int(self.logits_chunk) and self.logits_chunk >= 1, "policy.logits_chunk",
+              f"must be an integer >= 1, got {self.logits_chunk!r}")
         _need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = torch's default), got {self.cpu_threads}")
         if isinstance(self.lora, Mapping):
             self.lora = LoraSpec(**self.lora)

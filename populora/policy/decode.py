@@ -99,11 +99,11 @@ def decode_rows(
     next_pos = positions[:, -1:] + 1
     while True:
         step_gens = [gens[i] for i in active] if gens is not None else None
-        if step_gens is not None and device.type == "cuda":
-            tokens, lps = sample_step(logits, temperature=sampling.temperature, top_p=sampling.top_p, generators=step_gens)
-        else:
-            tokens, lps = sample_step(logits.cpu(), temperature=sampling.temperature, top_p=sampling.top_p, generators=step_gens)
-        tokens_list, lps_list = tokens.tolist(), lps.tolist()
+        tokens, lps = sample_step(
+            sampling_logits(logits, step_gens), temperature=sampling.temperature, top_p=sampling.top_p,
+            generators=step_gens,
+        )
+        tokens_list, lps_list = tokens.tolist(), lps.tolist()  # [B] each: the only copy to the host
         keep = []
         for b, i in enumerate(active):
             row = rows[i]
@@ -122,6 +122,15 @@ def decode_rows(
         mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
         logits, past = forward(tokens.to(device)[:, None], mask, next_pos, past, names)
         next_pos = next_pos + 1
+
+
+def sampling_logits(logits: torch.Tensor, generators) -> torch.Tensor:
+    """``logits [B, V]`` on the device where the step samples: where the row generators live
+    (CUDA on a GPU, else the CPU), and for greedy decoding (no generators) where the logits are,
+    so that a GPU never copies ``[B, V]`` logits to the host per step."""
+    if generators and generators[0].device.type != logits.device.type:
+        return logits.to(generators[0].device)
+    return logits
 
 
 def to_completion(row: Row) -> Completion:

@@ -7,9 +7,13 @@
   log-probabilities; only that adapter's LoRA parameters are in the autograd graph, so the base
   (frozen, ``requires_grad=False``) and every other adapter receive no gradient.
   ``optimizer_step`` runs backward, clips and steps that adapter's own AdamW.
-- Device and dtype come from ``PolicyConfig`` (CPU float32, CUDA bfloat16). LoRA parameters are
-  kept in float32 in both cases (peft's adapter autocast), so optimizer updates are not rounded
-  to bf16.
+- Memory of a training forward: no KV cache; the vocabulary projection, log-softmax and entropy
+  run on the completion tokens only, ``logits_chunk`` tokens at a time, forward and backward
+  (``chunked_logprobs.py``); optional gradient checkpointing of the decoder layers.
+- Device and dtype come from ``PolicyConfig`` (CPU float32, CUDA bfloat16). LoRA layers compute
+  in ``adapter_dtype`` (``auto`` = the base dtype); when that is below float32, each adapter also
+  has float32 master weights, which its AdamW steps (so updates are not rounded to bf16) and which
+  ``get_weights``/``set_weights`` read and write.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from populora.policy.base import (
     SamplingParams,
     TokenLogprobs,
 )
+from populora.policy.chunked_logprobs import token_logprobs
 from populora.policy.config import PolicyConfig
 from populora.policy.decode import Row, decode_rows, to_completion
 
@@ -66,9 +71,14 @@ class HFBackend(PolicyBackend):
         if self.config.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.device = next(model.parameters()).device
+        self.logits_chunk = self.config.logits_chunk
+        self.adapter_dtype = _adapter_dtype(self.config.adapter_dtype, next(model.parameters()).dtype)
         self._peft = None  # peft.PeftModel once the first adapter exists
         self._adapters: dict[str, AdapterWeights] = {}  # name -> spec (rank, alpha, targets), not live weights
         self._params: dict[str, list[tuple[str, torch.nn.Parameter, torch.nn.Parameter]]] = {}
+        # float32 master copies of each adapter's parameters when the LoRA compute dtype is lower
+        # (the optimizer steps these; the live bf16 copies in the model follow them)
+        self._masters: dict[str, list[torch.Tensor]] = {}
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -139,10 +149,12 @@ class HFBackend(PolicyBackend):
         for path in sorted(weights.tensors):
             layer = self._peft.base_model.model.get_submodule(path)
             a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
-            a.data = a.data.float()
-            b.data = b.data.float()
+            a.data = a.data.to(self.adapter_dtype)
+            b.data = b.data.to(self.adapter_dtype)
             params.append((path, a, b))
         self._params[name] = params
+        if self.adapter_dtype != torch.float32:
+            self._masters[name] = [p.detach().float() for _, a, b in params for p in (a, b)]
         self._adapters[name] = AdapterWeights(weights.rank, weights.alpha, weights.target_modules, {})
         try:
             self.set_weights(name, weights)
@@ -157,6 +169,7 @@ class HFBackend(PolicyBackend):
             warnings.simplefilter("ignore", UserWarning)
             self._peft.delete_adapter(name)
         del self._adapters[name], self._params[name]
+        self._masters.pop(name, None)
         self._optimizers.pop(name, None)
         self._sync_active()
 
@@ -174,7 +187,11 @@ class HFBackend(PolicyBackend):
     def get_weights(self, name: str) -> AdapterWeights:
         self._require(name)
         spec = self._adapters[name]
-        tensors = {p: (a.detach().cpu().clone(), b.detach().cpu().clone()) for p, a, b in self._params[name]}
+        if name in self._masters:  # the float32 masters are the adapter's true weights
+            m = self._masters[name]
+            tensors = {p: (m[2 * i].cpu().clone(), m[2 * i + 1].cpu().clone()) for i, (p, _, _) in enumerate(self._params[name])}
+        else:
+            tensors = {p: (a.detach().cpu().clone(), b.detach().cpu().clone()) for p, a, b in self._params[name]}
         return AdapterWeights(spec.rank, spec.alpha, spec.target_modules, tensors)
 
     def set_weights(self, name: str, weights: AdapterWeights) -> None:
@@ -199,6 +216,10 @@ class HFBackend(PolicyBackend):
                     )
                 la.copy_(a.to(la.dtype))
                 lb.copy_(b.to(lb.dtype))
+            if name in self._masters:
+                order = [p for path, _, _ in self._params[name] for p in weights.tensors[path]]
+                for master, w in zip(self._masters[name], order):
+                    master.copy_(w.to(device=master.device, dtype=torch.float32))
 
     # -- generation -------------------------------------------------------------------------
     @contextmanager
@@ -291,36 +312,56 @@ class HFBackend(PolicyBackend):
                 b.requires_grad_(True)
 
     def _logprobs_pass(self, prompt_ids, completion_ids, with_entropy: bool):
-        """One forward over ``[left pad | prompt | completion]`` rows; see ``completion_logprobs``."""
+        """One forward over ``[prompt | completion | right pad]`` rows; see ``completion_logprobs``.
+
+        The decoder runs without a KV cache; the vocabulary projection, log-softmax and entropy
+        run only on the hidden states of the positions that predict a completion token, a chunk
+        of ``logits_chunk`` tokens at a time (``chunked_logprobs.py``): no ``[B, T, V]`` tensor
+        exists, in the forward or the backward pass.
+        """
         lens = [len(c) for c in completion_ids]
-        width = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
+        starts = [len(p) for p in prompt_ids]  # position of each row's first completion token
+        width = max(s + n for s, n in zip(starts, lens))
         t_max = max(lens)
+        # RIGHT padding: with causal attention no real token can see the padding after it, so no
+        # attention mask is needed (none is materialized per layer, and SDPA may use its causal
+        # flash kernels); padded positions produce values that are never read.
         ids = torch.full((len(lens), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(lens), width), dtype=torch.long)
         for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-            seq = list(p) + list(c)
-            ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            mask[i, width - len(seq) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        # Left padding puts every completion at the end: only the last t_max + 1 positions need
-        # logits (saves the vocabulary projection over the prompts).
-        out = self._peft(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=t_max + 1)
-        logits = out.logits[:, :-1, :].float()  # [B, t_max, V]; position k predicts token at k + 1
+            ids[i, : starts[i] + lens[i]] = torch.tensor(list(p) + list(c), dtype=torch.long)
+        ids = ids.to(self.device)
+        model = self._peft.base_model.model  # the causal LM with the LoRA layers injected
+        hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
         lens_t = torch.tensor(lens, device=self.device)
         t = torch.arange(t_max, device=self.device)
-        # completion token t of row i is predicted by window position (t_max - len_i + t)
-        src = (t_max - lens_t[:, None] + t[None, :]).clamp(max=t_max - 1)
-        valid = t[None, :] < lens_t[:, None]
-        src = torch.where(valid, src, torch.zeros_like(src)).clamp(min=0)
-        rows_logits = logits.gather(1, src[:, :, None].expand(-1, -1, logits.shape[-1]))
-        targets = ids[:, -t_max:].gather(1, src)  # token at window position k + 1 == ids[:, width - t_max + k]
-        logp_all = torch.log_softmax(rows_logits, dim=-1)
-        logp = logp_all.gather(-1, targets[:, :, None])[:, :, 0].masked_fill(~valid, 0.0)
+        valid = t[None, :] < lens_t[:, None]  # [B, t_max], completions aligned at token 0
+        rows, cols = valid.nonzero(as_tuple=True)
+        pos = torch.tensor(starts, device=self.device)[rows] + cols  # position of completion token (row, col)
+        head = self._output_head()
+        logp_flat, ent_flat = token_logprobs(
+            hidden[rows, pos - 1], head.weight, ids[rows, pos],  # position k predicts token k + 1
+            bias=head.bias, chunk=self.logits_chunk, with_entropy=with_entropy,
+        )
+        shape = (len(lens), t_max)
+        logp = torch.zeros(shape, dtype=torch.float32, device=self.device).index_put((rows, cols), logp_flat)
         entropy = None
         if with_entropy:
-            entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~valid, 0.0)
+            entropy = torch.zeros(shape, dtype=torch.float32, device=self.device).index_put((rows, cols), ent_flat)
         return logp, valid, entropy
+
+    def _output_head(self) -> torch.nn.Linear:
+        """The base's vocabulary projection, checked to be a plain linear map of the final hidden state."""
+        model = self._peft.base_model.model
+        head = model.get_output_embeddings()
+        if not isinstance(head, torch.nn.Linear):
+            raise ValueError(
+                f"the output head of {self.config.model!r} is a {type(head).__name__}, not a plain linear layer "
+                "(is lm_head a LoRA target?); policy.lora.target_modules must not include it"
+            )
+        for key in ("final_logit_softcapping", "logit_scale"):
+            if getattr(model.config, key, None) not in (None, 1.0):
+                raise ValueError(f"base {self.config.model!r} sets {key}; completion_logprobs does not apply it")
+        return head
 
     def completion_logprobs(
         self,
@@ -341,8 +382,8 @@ class HFBackend(PolicyBackend):
         self._require(adapter)
         if len(prompt_ids) != len(completion_ids) or not completion_ids:
             raise ValueError(f"need equal, non-zero numbers of prompts and completions, got {len(prompt_ids)} and {len(completion_ids)}")
-        if any(len(c) == 0 for c in completion_ids):
-            raise ValueError("every completion needs at least one token")
+        if any(len(c) == 0 for c in completion_ids) or any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt and every completion needs at least one token")
         self._activate(adapter)
         if with_grad:
             # transformers checkpoints layers only in train mode; dropout is 0 in LoRA and in the
@@ -365,26 +406,45 @@ class HFBackend(PolicyBackend):
         return TokenLogprobs(cat[0], cat[1], cat[2])
 
     def trainable_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
-        """The LoRA parameters of ``adapter`` (A and B of each module, sorted by module path)."""
+        """The live LoRA parameters of ``adapter`` in the model (A and B of each module, sorted by
+        module path), in the adapter compute dtype; backward puts the gradients here."""
         self._require(adapter)
         return [p for _, a, b in self._params[adapter] for p in (a, b)]
+
+    def _optimized(self, adapter: str) -> list[torch.Tensor]:
+        """What the optimizer steps: the float32 masters, or the live parameters when those are float32."""
+        return self._masters.get(adapter) or self.trainable_parameters(adapter)
 
     def optimizer_step(self, adapter: str, loss: torch.Tensor | None, *, max_grad_norm: float | None = None) -> float:
         """``loss.backward()`` (skip with ``loss=None`` if gradients were accumulated already),
         clip to ``max_grad_norm``, one AdamW step on ``adapter``, zero its gradients; returns the
-        pre-clip gradient norm."""
-        params = self.trainable_parameters(adapter)
+        pre-clip gradient norm.
+
+        With a lower-precision LoRA compute dtype the gradients are moved to the float32 masters,
+        clipped and stepped there, and the live parameters take the rounded new masters.
+        """
+        live = self.trainable_parameters(adapter)
         if loss is not None:
             loss.backward()
-        if all(p.grad is None for p in params):
+        if all(p.grad is None for p in live):
             raise RuntimeError(f"adapter {adapter!r} has no gradient: was the loss computed with completion_logprobs({adapter!r}, ...)?")
+        params = self._optimized(adapter)
+        masters = adapter in self._masters
+        if masters:
+            for master, p in zip(params, live):
+                master.grad = None if p.grad is None else p.grad.float()
+                p.grad = None
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm is not None else float("inf"))
         self._optimizers[adapter].step()
         self._optimizers[adapter].zero_grad(set_to_none=True)
+        if masters:
+            with torch.no_grad():
+                for master, p in zip(params, live):
+                    p.copy_(master)
         return float(norm)
 
     def discard_gradients(self, adapter: str) -> None:
-        for p in self.trainable_parameters(adapter):
+        for p in self.trainable_parameters(adapter) + self._masters.get(adapter, []):
             p.grad = None
 
     def optimizer_state(self, adapter: str) -> dict:
@@ -408,7 +468,7 @@ class HFBackend(PolicyBackend):
 
     def reset_optimizer(self, adapter: str) -> None:
         self._require(adapter)
-        self._optimizers[adapter] = torch.optim.AdamW(self.trainable_parameters(adapter), **self.adamw)
+        self._optimizers[adapter] = torch.optim.AdamW(self._optimized(adapter), **self.adamw)
 
     def set_learning_rate(self, adapter: str, lr: float) -> None:
         """Change one adapter's learning rate (schedules, PBT hyper-parameter mutation)."""
@@ -418,3 +478,19 @@ class HFBackend(PolicyBackend):
 
     def close(self) -> None:
         self._optimizers.clear()
+
+
+def _adapter_dtype(name, base_dtype: torch.dtype) -> torch.dtype:
+    """The LoRA compute dtype: ``auto`` = the base's dtype (bf16 on GPU, float32 on CPU).
+
+    In the base dtype, a LoRA layer's input is the very tensor its base layer saves for backward;
+    float32 LoRA on a bf16 base makes a float32 copy of every projection's input (Qwen2.5-7B:
+    ~314 instead of ~207 KiB of activations per token and layer). The optimizer always steps
+    float32 masters, so updates are not rounded to the compute dtype.
+    """
+    if name in (None, "", "auto"):
+        return base_dtype
+    dtype = getattr(torch, str(name), None)
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"policy.adapter_dtype must be auto, float32, bfloat16 or float16, got {name!r}")
+    return dtype

@@ -205,7 +205,7 @@ def _has_run(run_dir: str | None) -> bool:
     return run_dir is not None and (Path(run_dir) / "config.yaml").exists()
 
 
-def _peek(config_file, overrides, run_dir, resume) -> Config | None:
+def peek_config(config_file, overrides, run_dir, resume) -> Config | None:
     """The run's config as this rank can read it before the run directory is set up (no side effects)."""
     try:
         if resume and run_dir and (Path(run_dir) / "config.yaml").exists():
@@ -218,13 +218,13 @@ def _peek(config_file, overrides, run_dir, resume) -> Config | None:
 
 
 def _peek_timeout(config_file, overrides, run_dir, resume) -> float:
-    cfg = _peek(config_file, overrides, run_dir, resume)
+    cfg = peek_config(config_file, overrides, run_dir, resume)
     return cfg.run.collective_timeout_s if cfg else Config().run.collective_timeout_s
 
 
 def _comm_device(config_file, overrides, run_dir, resume) -> str:
     """The device collectives use: CUDA for runs on GPUs (NCCL), else CPU (gloo)."""
-    cfg = _peek(config_file, overrides, run_dir, resume)
+    cfg = peek_config(config_file, overrides, run_dir, resume)
     device = cfg.policy.device if cfg else "cpu"
     if device.startswith("cuda") or device == "auto":
         import torch

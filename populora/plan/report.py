@@ -1,0 +1,79 @@
+"""The plan as a table: one line per item, the two phases, the verdict and the knobs that fit."""
+
+from __future__ import annotations
+
+from populora.plan.inputs import fix_overrides
+from populora.plan.memory import Plan, adapter_params
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def describe(plan: Plan) -> dict[str, str]:
+    """What each item holds, in words and sub-figures."""
+    p, d = plan.inputs, plan.details
+    s = p.shape
+    tokens = p.prompt_tokens + p.new_tokens
+    if p.engine == "vllm":
+        engine = (
+            f"vLLM share {p.vllm_memory_share:g}: weights {d['engine_weights_gib']:.1f}, LoRA slots "
+            f"{d['engine_lora_slots_gib']:.1f}, other {d['engine_overhead_gib']:.1f}, KV cache {d['engine_kv_cache_gib']:.1f} "
+            f"({d['kv_cache_tokens'] / 1000:.0f}k tokens = {d['kv_cache_sequences']:.0f} sequences of {tokens})"
+            + (", asleep while training" if p.vllm_sleep else "")
+        )
+    else:
+        engine = f"HF decode of {p.gen_batch} rows x {tokens} tokens: KV cache + prefill (generation phase only)"
+    per_adapter = adapter_params(s, p.lora_rank, p.lora_targets)
+    ckpt = d["activations_with_checkpointing_gib"]
+    plain = d["activations_without_checkpointing_gib"]
+    return {
+        "base_weights": f"frozen base in the trainer, {s.n_params() / 1e9:.2f} B params in {p.dtype}",
+        "engine": engine,
+        "trainer": "gradients and AdamW temporaries of the member being updated",
+        "adapters_optimizer": (
+            f"{p.adapters} adapters x {per_adapter / 1e6:.1f} M params: float32 weights + AdamW moments"
+            + (f" + {p.adapter_dtype} compute copies" if p.adapter_dtype != "float32" else "")
+        ),
+        "activations": (
+            f"{p.micro_batch} x {tokens} tokens x {s.layers} layers ({d['layer_kib_per_token']:.1f} KiB/token/layer); "
+            f"checkpointing {_on(p.gradient_checkpointing)} (on: {ckpt:.1f}, off: {plain:.1f})"
+        ),
+        "logits": (
+            f"{p.micro_batch * p.new_tokens} completion tokens, chunks of {p.logits_chunk} "
+            f"(one [B, T, V] float32 log-softmax would keep {d['logits_unchunked_gib']:.1f})"
+        ),
+        "cuda_context": "CUDA contexts (estimate)" if p.device.startswith("cuda") else "none on CPU",
+    }
+
+
+def format_plan(plan: Plan, title: str = "") -> str:
+    """The plan as text: items, phases, headroom, verdict, problems and fixes."""
+    p = plan.inputs
+    device = "GPU" if p.device.startswith("cuda") else "CPU (figures are process RAM)"
+    lines = [
+        f"memory plan{': ' + title if title else ''} on one {plan.gpu_gib:g} GiB {device}",
+        f"model: {p.shape.source}; engine {p.engine}, {p.dtype}, LoRA compute {p.adapter_dtype}, "
+        f"{p.adapters} adapters of rank {p.lora_rank}, prompts {p.prompt_tokens} + completions {p.new_tokens} tokens",
+        "",
+        f"{'item':<20}{'GiB':>8}  what",
+    ]
+    what = describe(plan)
+    for name, gib in plan.items.items():
+        lines.append(f"{name:<20}{gib:>8.1f}  {what[name]}")
+    lines.append("-" * 72)
+    for name, gib in plan.phases.items():
+        lines.append(f"{name + ' phase':<20}{gib:>8.1f}")
+    need = plan.min_headroom * plan.gpu_gib
+    verdict = "fits" if plan.fits else "DOES NOT FIT"
+    lines.append(f"{'headroom':<20}{plan.headroom_gib:>8.1f}  (at least {need:.1f} = {plan.min_headroom:.0%} wanted): {verdict}")
+    for problem in plan.problems:
+        lines.append(f"  problem: {problem}")
+    if plan.problems:
+        if plan.fixes:
+            lines.append("would fit with (any one line):")
+            lines.extend(f"  {fix_overrides(fix)}" for fix in plan.fixes)
+        else:
+            lines.append("no setting of checkpointing, sleep mode, micro-batch, vLLM share or chunk size fits: "
+                         "use fewer members per GPU, shorter completions or a larger GPU")
+    return "\n".join(lines)
