@@ -8,6 +8,7 @@ from pathlib import Path
 
 # the presets live at the repository root, beside the package
 EXIT_DOES_NOT_FIT = 3  # as `populora plan`
+DEFAULT_GPU_GIB = 80.0  # as `populora plan --gpu-gib`: one H100 80 GB, the presets' target (paper)
 DEMO_CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml")
 
 
@@ -117,15 +118,19 @@ def memory_refusal(args: argparse.Namespace) -> str | None:
 
 
 def cuda_memory_gib(device: str) -> float | None:
-    """Total memory of the CUDA device a run with ``policy.device`` would use; ``None`` on CPU."""
-    if not (device == "auto" or device.startswith("cuda")):
+    """Memory of the GPU a run with ``policy.device`` would use; ``None`` for a CPU run.
+
+    The visible device's total memory; for ``cuda``/``cuda:N`` on a machine that shows no GPU (a
+    login node, a config checked before submission), the 80 GiB of the H100 the presets target.
+    """
+    if device == "cpu":
         return None
     import torch
 
-    if not torch.cuda.is_available():
-        return None
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
-    return torch.cuda.get_device_properties(index).total_memory / 2**30
+    if torch.cuda.is_available():
+        index = int(device.split(":", 1)[1]) if ":" in device else 0
+        return torch.cuda.get_device_properties(index).total_memory / 2**30
+    return None if device == "auto" else DEFAULT_GPU_GIB
 
 
 def cmd_status(args: argparse.Namespace) -> int:
