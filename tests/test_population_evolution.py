@@ -88,7 +88,8 @@ def test_due_only_on_the_interval_and_where_children_can_still_train():
     # min_age 0 still needs one step of training after the birth
     assert [s for s in range(7) if EvolutionConfig(interval=3, min_age=0).due(s, 6)] == [3]
     assert [s for s in range(7) if EvolutionConfig(interval=3, min_age=0).due(s, 7)] == [3, 6]
-    assert cfg.due(200) is True  # open-ended caller: the interval alone
+    with pytest.raises(TypeError):
+        cfg.due(200)  # the run's length is required: no open-ended default
 
 
 def test_nothing_happens_when_not_due():
