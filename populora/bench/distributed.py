@@ -3,8 +3,9 @@
 The same run (``tiny`` 4T+4S by default: 8 members, one torch thread per rank) is trained once on one
 rank and once on W local ranks started by torch's launcher (gloo), alternating, ``--repeats`` times
 each; the first step of every run is a warm-up and is not timed. Per-step figures come from the
-runs' own ``metrics.jsonl`` (``time/step_s``, and ``time/collectives_s``: rank 0's time inside
-collectives, which includes waiting for slower ranks). Both runs must end with the same adapters;
+runs' own ``metrics.jsonl`` (``time/step_s``; ``time/collectives_s``: rank 0's time inside
+collectives, which includes waiting for slower ranks; and the loop's per-phase ``time/*_s``, so that
+the speed-up can be read phase by phase). Both runs must end with the same adapters;
 the benchmark checks it and says so.
 """
 
@@ -51,11 +52,16 @@ def _same_adapters(a: Path, b: Path) -> float:
     return worst
 
 
+# The step's phases as the loop times them (rank 0's wall clock; a phase that ends in a gather
+# includes the wait for the slowest rank).
+PHASES = ("generate", "validate", "solve", "check", "train", "evolve")
+
+
 def run(args: argparse.Namespace) -> int:
     overrides = [*args.overrides, f"population.teachers={args.teachers}", f"population.students={args.students}",
                  f"selfplay.steps={args.steps + 1}", "run.tensorboard=false", "policy.cpu_threads=1"]
-    per_step: dict[int, list[float]] = {1: [], args.world: []}
-    coll: dict[int, list[float]] = {1: [], args.world: []}
+    keys = ("step", "collectives", *PHASES)
+    times: dict[int, dict[str, list[float]]] = {w: {k: [] for k in keys} for w in (1, args.world)}
     worst = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeats):
@@ -63,17 +69,25 @@ def run(args: argparse.Namespace) -> int:
             for world in (1, args.world):
                 rd = Path(tmp) / f"r{rep}-w{world}"
                 rows = _run(args.config, overrides, world, rd)[1:]  # step 1 is the warm-up
-                per_step[world] += [r["time/step_s"] for r in rows]
-                coll[world] += [r.get("time/collectives_s", 0.0) for r in rows]
+                for k in keys:
+                    times[world][k] += [r.get(f"time/{k}_s", 0.0) for r in rows]
                 dirs[world] = rd
             worst = max(worst, _same_adapters(dirs[1], dirs[args.world]))
-    one, many = statistics.median(per_step[1]), statistics.median(per_step[args.world])
+    med = {w: {k: statistics.median(v) for k, v in t.items()} for w, t in times.items()}
+    one, many = med[1]["step"], med[args.world]["step"]
     print(f"config {args.config}, {args.teachers}T+{args.students}S, {args.steps} timed steps x {args.repeats} runs "
           f"each, one torch thread per rank; median seconds per step")
     print(f"{'ranks':<6} {'step_s':>8} {'collectives_s':>14} {'in collectives':>15}")
-    for world, med in ((1, one), (args.world, many)):
-        c = statistics.median(coll[world])
-        print(f"{world:<6} {med:>8.2f} {c:>14.3f} {c / med:>14.1%}")
+    for world in (1, args.world):
+        m = med[world]
+        print(f"{world:<6} {m['step']:>8.2f} {m['collectives']:>14.3f} {m['collectives'] / m['step']:>14.1%}")
     print(f"speed-up of {args.world} ranks over 1: {one / many:.2f}x per step")
+    print(f"median seconds per phase (rank 0):  {'':<4}" + "".join(f"{p:>10}" for p in PHASES))
+    for world in (1, args.world):
+        print(f"  {world} rank(s){'':<26}" + "".join(f"{med[world][p]:>10.2f}" for p in PHASES))
+    print(f"  speed-up{'':<27}" + "".join(
+        f"{med[1][p] / med[args.world][p]:>9.2f}x" if min(med[1][p], med[args.world][p]) >= 0.01 else f"{'-':>10}"
+        for p in PHASES))
+    print("  (phases under 10 ms at either size show '-')")
     print(f"final adapters, {args.world} ranks vs 1: max |difference| = {worst:.3g}")
     return 0
