@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
             worst = max(worst, _same_adapters(dirs[1], dirs[args.world]))
     med = {w: {k: statistics.median(v) for k, v in t.items()} for w, t in times.items()}
     one, many = med[1]["step"], med[args.world]["step"]
-    print(f"config {args.config}, {args.teachers}T+{args.students}S, {args.steps} timed steps x {args.repeats} runs "
+    shown = os.path.relpath(args.config) if Path(args.config).resolve().is_relative_to(Path.cwd()) else args.config
+    print(f"config {shown}, {args.teachers}T+{args.students}S, {args.steps} timed steps x {args.repeats} runs "
           f"each, one torch thread per rank; median seconds per step")
     print(f"{'ranks':<6} {'step_s':>8} {'collectives_s':>14} {'in collectives':>15}")
     for world in (1, args.world):
