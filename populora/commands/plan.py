@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-headroom", type=float, default=None,
                    help="fraction of the GPU that must stay free (default 0.10)")
     p.add_argument("--prompt-tokens", type=int, default=None,
-                   help="prompt budget per sequence in tokens (default 1024: K=6 references measured ~1000)")
+                   help="prompt tokens per sequence (default policy.max_prompt_tokens, the longest a run accepts)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.set_defaults(func=cmd_plan)

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from populora.plan.memory import DEFAULT_MIN_HEADROOM, DEFAULT_PROMPT_TOKENS, Plan, PlanInputs, plan
+from populora.plan.memory import DEFAULT_MIN_HEADROOM, Plan, PlanInputs, plan
 from populora.plan.shapes import model_shape
 
 # PlanInputs field -> the run-config key that sets it
@@ -22,7 +22,11 @@ KNOB_KEYS = {
 
 
 def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
-    """The plan's inputs from run config ``cfg`` (``prompt_tokens`` overrides the prompt budget).
+    """The plan's inputs from run config ``cfg``.
+
+    Every sequence is planned at the longest prompt the run accepts, ``policy.max_prompt_tokens``
+    (a longer one is refused, never truncated), and the longest completion, so the training figure
+    bounds every micro-batch; ``prompt_tokens`` plans a typical prompt length instead.
 
     One rank's view with every member's AdamW state on it (``--nproc 1``); with several ranks each
     holds every adapter's weights but only the optimizer states of the members it trains, so the
@@ -46,7 +50,7 @@ def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
         lora_rank=p.lora.rank,
         lora_targets=tuple(p.lora.target_modules),
         micro_batch=p.train_micro_batch,
-        prompt_tokens=int(prompt_tokens or DEFAULT_PROMPT_TOKENS),
+        prompt_tokens=int(prompt_tokens or p.max_prompt_tokens),
         new_tokens=new_tokens,
         gradient_checkpointing=p.gradient_checkpointing,
         logits_chunk=p.logits_chunk,

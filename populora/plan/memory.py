@@ -37,7 +37,9 @@ VLLM_CUDA_GRAPHS_GIB = 0.5  # captured CUDA graphs (none with enforce_eager)
 VLLM_BATCHED_TOKENS = 16384  # tokens of vLLM's profiling forward (its max_num_batched_tokens)
 VLLM_MAX_SEQS = 1024  # sequences whose sampler logits vLLM sizes for (its max_num_seqs)
 DEFAULT_MIN_HEADROOM = 0.10  # fraction of the GPU left free: allocator fragmentation, unmodelled buffers
-DEFAULT_PROMPT_TOKENS = 1024  # measured: 992-994 tokens for K=6 seed references (SmolLM2 tokenizer)
+# A typical teacher prompt, for PlanInputs built by hand: compact templates with K=6 seed references
+# measured 992-994 tokens (SmolLM2 tokenizer). Run configs are planned at policy.max_prompt_tokens.
+DEFAULT_PROMPT_TOKENS = 1024
 
 
 @dataclass(frozen=True)
