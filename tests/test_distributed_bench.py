@@ -14,8 +14,7 @@ from populora.bench import distributed as bench
 def test_bench_prints_step_phase_and_adapter_figures(capsys):
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
-    args = p.parse_args(["--steps", "1", "--repeats", "1", "--teachers", "1", "--students", "1",
-                         "evolution.interval=100"])
+    args = p.parse_args(["--steps", "1", "--repeats", "1", "--teachers", "1", "--students", "1"])
     assert bench.run(args) == 0
     out = capsys.readouterr().out
     assert re.match(r"config \S*tiny\.yaml, 1T\+1S, 1 timed steps x 1 runs each", out), out

@@ -37,9 +37,6 @@ VLLM_CUDA_GRAPHS_GIB = 0.5  # captured CUDA graphs (none with enforce_eager)
 VLLM_BATCHED_TOKENS = 16384  # tokens of vLLM's profiling forward (its max_num_batched_tokens)
 VLLM_MAX_SEQS = 1024  # sequences whose sampler logits vLLM sizes for (its max_num_seqs)
 DEFAULT_MIN_HEADROOM = 0.10  # fraction of the GPU left free: allocator fragmentation, unmodelled buffers
-# A typical teacher prompt, for PlanInputs built by hand: compact templates with K=6 seed references
-# measured 992-994 tokens (SmolLM2 tokenizer). Run configs are planned at policy.max_prompt_tokens.
-DEFAULT_PROMPT_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -55,7 +52,9 @@ class PlanInputs:
     lora_rank: int = 32
     lora_targets: tuple[str, ...] = PROJECTIONS
     micro_batch: int = 8  # sequences per training forward
-    prompt_tokens: int = DEFAULT_PROMPT_TOKENS
+    # a typical teacher prompt (compact templates, K=6 seed references: 992-994 tokens measured with
+    # the SmolLM2 tokenizer); plan_inputs plans run configs at policy.max_prompt_tokens instead
+    prompt_tokens: int = 1024
     new_tokens: int = 4096  # the longest completion
     gradient_checkpointing: bool = False
     logits_chunk: int = 512  # tokens per chunk of the log-prob tail
