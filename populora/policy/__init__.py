@@ -16,13 +16,14 @@ __all__ = ["LoraSpec", "PolicyConfig", "PolicyConfigError", "VLLMConfig", "make_
 
 
 def make_backend(cfg: PolicyConfig | Mapping[str, Any] | None = None, *, adamw: Mapping[str, Any] | None = None,
-                 max_new_tokens: int | None = None, **overrides: Any):
+                 max_new_tokens: int | None = None, context=None, **overrides: Any):
     """The policy of ``cfg``: an ``HFBackend`` trainer composed with the generation engine
     ``cfg.engine`` names (``populora.policy.engine``).
 
     ``adamw``: keyword arguments of each adapter's ``torch.optim.AdamW`` (a run passes
     ``cfg.rl.adamw_kwargs()``; default: ``RLConfig``'s defaults). ``max_new_tokens``: the longest
-    completion the caller will ask for (sizes vLLM's ``max_model_len``). ``overrides`` replace
+    completion the caller will ask for (sizes vLLM's ``max_model_len``). ``context``: the engine's
+    ``EngineContext`` (rank and seed; default: one rank, seed 0). ``overrides`` replace
     top-level keys, e.g. ``make_backend(cfg, model="smollm2-135m")``.
     """
     from populora.policy.engine import Policy, engine_class
@@ -37,4 +38,9 @@ def make_backend(cfg: PolicyConfig | Mapping[str, Any] | None = None, *, adamw: 
 
         _import_vllm()  # and a missing vLLM too
     trainer = HFBackend(config, adamw=adamw)
-    return Policy(config, trainer, engine_cls(config, trainer, max_new_tokens=max_new_tokens))
+    try:
+        engine = engine_cls(config, trainer, max_new_tokens=max_new_tokens, context=context)
+    except BaseException:
+        trainer.close()
+        raise
+    return Policy(config, trainer, engine)

@@ -89,6 +89,10 @@ class VLLMConfig:
     # one seed per request: reproducible rollouts for a given batch, but vLLM's slower per-request
     # sampling path; off (ours): vLLM is not batch-invariant, so seeds do not make runs repeat on GPU
     seeded_sampling: bool = False
+    # vLLM's CPU platform only: the KV cache in host RAM, in GiB (vLLM's kv_cache_memory_bytes). Ours:
+    # 1 GiB holds ~23k tokens of SmolLM2-135M, plenty for CPU runs; vLLM's own default there is a share
+    # of host RAM (0.45 gave 7.3 GiB for the tiny model), which two ranks on a small machine cannot spare.
+    cpu_kv_cache_gib: float = 1.0
 
     def __post_init__(self) -> None:
         u = self.gpu_memory_utilization
@@ -96,6 +100,9 @@ class VLLMConfig:
         _need(self.max_model_len >= 0, "policy.vllm.max_model_len", f"must be >= 0 (0 = automatic), got {self.max_model_len}")
         _need(self.max_loras >= 0, "policy.vllm.max_loras", f"must be >= 0 (0 = automatic), got {self.max_loras}")
         _need(self.max_cpu_loras >= 0, "policy.vllm.max_cpu_loras", f"must be >= 0 (0 = automatic), got {self.max_cpu_loras}")
+        g = self.cpu_kv_cache_gib
+        _need(isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g) and g > 0,
+              "policy.vllm.cpu_kv_cache_gib", f"must be > 0 (GiB of host RAM), got {g!r}")
 
 
 @dataclass

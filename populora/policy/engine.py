@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,6 +36,39 @@ from populora.policy.base import (
 from populora.policy.config import PolicyConfig
 
 PROMPT_TOO_LONG = "prompt_too_long"
+
+
+class EngineFailure(RuntimeError):
+    """The generation engine cannot serve: it did not start, its process died, its device failed.
+
+    Not a property of one request: retrying would fail again, and going on would train on nothing.
+    The run stops on every rank with this message (it names the engine and the cause); requests that
+    fail on their own (``GenerationResult.refused``) are not engine failures.
+    """
+
+
+@dataclass(frozen=True)
+class EngineContext:
+    """Where an engine runs: the rank it serves and the seed of its own random stream.
+
+    ``seed``: the engine's sampling stream when requests carry no seed of their own (vLLM's ``seed``);
+    a run derives it from its seed and the rank (``engine_seed``), so ranks given the same prompts
+    draw different samples and runs of a seed sweep do not share a stream.
+    ``local_rank`` / ``local_world``: this rank among the ranks of its node (per-rank caches, cores).
+    """
+
+    seed: int = 0
+    rank: int = 0
+    local_rank: int = 0
+    local_world: int = 1
+
+
+def engine_seed(run_seed: int, rank: int) -> int:
+    """A 31-bit engine seed that depends on the run's seed and the rank (ours: any mix that keeps
+    ranks and runs apart; numpy's SeedSequence hashing, as ``selfplay.loop.step_seed``)."""
+    import numpy as np
+
+    return int(np.random.default_rng([run_seed, rank, 0x5EED]).integers(0, 2**31 - 1))
 
 
 class GenerationEngine(ABC):
@@ -70,8 +104,8 @@ ENGINES: dict[str, Callable[..., GenerationEngine]] = {}
 
 def register_engine(name: str):
     """Class decorator: ``@register_engine("vllm")`` makes ``policy.engine: vllm`` build that class
-    as ``cls(config, trainer, max_new_tokens=...)`` (the longest completion it will be asked for, or
-    None when unknown)."""
+    as ``cls(config, trainer, max_new_tokens=..., context=...)``: the longest completion it will be
+    asked for (or None when unknown) and its ``EngineContext``."""
 
     def deco(cls):
         if name in ENGINES:

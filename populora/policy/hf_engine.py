@@ -12,15 +12,16 @@ from collections.abc import Sequence
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, GenerationResult, SamplingParams
 from populora.policy.config import PolicyConfig
-from populora.policy.engine import GenerationEngine, register_engine
+from populora.policy.engine import EngineContext, GenerationEngine, register_engine
 
 
 @register_engine("hf")
 class HFEngine(GenerationEngine):
     shares_trainer_weights = True
 
-    def __init__(self, config: PolicyConfig, trainer, max_new_tokens: int | None = None) -> None:
-        self.trainer = trainer
+    def __init__(self, config: PolicyConfig, trainer, max_new_tokens: int | None = None,
+                 context: EngineContext | None = None) -> None:
+        self.trainer = trainer  # sampling is seeded per request (decode.py): no stream of its own
 
     def publish(self, name: str, weights: AdapterWeights) -> None:
         """Nothing to do: the trainer's live weights are served."""

