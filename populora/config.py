@@ -90,6 +90,10 @@ class SelfPlayConfig:
     baseline_proposer_fraction: float = 0.5
     teacher_sampling: SamplingConfig = field(default_factory=SamplingConfig)
     student_sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    # A generate call whose every request was refused (each for a reason of its own, e.g. a prompt
+    # over policy.max_prompt_tokens) trains nothing; this many such calls in a row stop the run.
+    # Ours: 3 (a step makes 2 calls), so one bad phase is tolerated and a run that can only refuse is not.
+    max_refused_calls: int = 3
 
 
 @dataclass
@@ -231,6 +235,7 @@ def validate(cfg: Config) -> None:
     _need(t.teacher_reward in ("populora", "azr"), "tasks.teacher_reward", f"got {t.teacher_reward!r}")
     _need(s.steps >= 0, "selfplay.steps", "must be >= 0")
     _need(s.rollouts >= 1, "selfplay.rollouts", "must be >= 1")
+    _need(s.max_refused_calls >= 1, "selfplay.max_refused_calls", f"must be >= 1, got {s.max_refused_calls}")
     for role in ("teacher_sampling", "student_sampling"):
         sp: SamplingConfig = getattr(s, role)
         _need(sp.temperature > 0, f"selfplay.{role}.temperature", "must be > 0: self-play rollouts are sampled, never greedy")

@@ -1,13 +1,29 @@
-"""`populora bench generate`: one mixed-adapter batch vs one generate call per adapter.
+"""`populora bench generate`: a mixed-adapter batch against its alternatives, on the HF and vLLM engines.
 
-8 adapters (random B, so they really differ), the same prompts per adapter in both arms, greedy
-decoding: both arms produce exactly the same tokens (the tests prove per-row equality), so the
-work is equal and the ratio of tokens/s is the speed-up of batching the population together.
+Per base model and engine, 8 adapters (random B, so they really differ) and the same 16 prompts in
+every arm (2 per adapter in the mixed batch), greedy decoding, arms alternating within a repeat so
+all see the same machine load:
+
+- ``mixed``: one ``generate`` call, each request for its own adapter (2 per adapter);
+- ``one_adapter``: the same prompts, all for ONE adapter, one call (the multi-LoRA goal, S-LoRA /
+  Punica: a mixed batch within 1.1x of this, i.e. mixed/one_adapter >= 0.91);
+- ``base``: the same prompts for the bare base model (adapter None), one call;
+- ``per_adapter``: the mixed requests, one call per adapter (the loop over adapters).
+
+``mixed`` and ``per_adapter`` are the same requests, so they must give the same tokens (checked:
+a mismatch is a warning and exit status 1); the vLLM arms are compared token for token with the HF
+arms of the same requests (a mismatch is a warning). vLLM's prefix cache is emptied before every
+timed arm, so each arm prefills its prompts as HF does. vLLM runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless the environment sets it): it starts faster, and it
+computes with this process's torch threads (``--threads``), as HF does.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
+import os
 import time
 
 from populora.bench.train import per_model
@@ -20,17 +36,28 @@ CODE_REQUESTS = [
     "returns the squares of a list of numbers", "transposes a matrix", "counts the words in a sentence",
     "returns the running sum of a list",
 ]
+ARMS = ("mixed", "one_adapter", "base", "per_adapter")
+GOAL = 1 / 1.1  # S-LoRA / Punica: a mixed batch within 1.1x of a one-adapter batch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="tiny,smollm2-135m", help="comma-separated base models")
+    p.add_argument("--engines", default="auto", help="comma-separated engines (hf, vllm); auto = hf, and vllm "
+                                                     "when it is installed")
     p.add_argument("--adapters", type=int, default=8)
     p.add_argument("--prompts-per-adapter", type=int, default=2)
     p.add_argument("--new-tokens", default="tiny=64,smollm2-135m=16", help="MODEL=N,... or one N for all")
-    p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--rank", type=int, default=16, help="LoRA rank (one vLLM serves: 8, 16, 32, 64, ...)")
     p.add_argument("--repeats", type=int, default=1, help="timed repeats per arm (best is reported)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default)")
     p.add_argument("--device", default="auto")
+
+
+def engines(spec: str) -> list[str]:
+    """``auto`` -> ``hf`` plus ``vllm`` when vLLM is importable; else the names given."""
+    if spec == "auto":
+        return ["hf"] + (["vllm"] if importlib.util.find_spec("vllm") is not None else [])
+    return [e for e in spec.split(",") if e]
 
 
 def _prompts(tokenizer, count: int) -> list[str]:
@@ -42,64 +69,131 @@ def _prompts(tokenizer, count: int) -> list[str]:
     return out
 
 
-def bench_model(model: str, args: argparse.Namespace) -> dict:
+def _policy_config(model: str, engine: str, args: argparse.Namespace) -> dict:
+    import torch
+
+    cfg = {"engine": engine, "model": model, "device": args.device, "cpu_threads": args.threads,
+           "max_batch_size": 256, "max_prompt_tokens": 256,
+           "lora": {"rank": args.rank, "alpha": 2 * args.rank, "b_std": 0.02}}
+    if engine == "vllm":
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process (module docstring)
+        on_cpu = args.device == "cpu" or not torch.cuda.is_available()
+        cfg["vllm"] = {"enforce_eager": on_cpu}  # no torch.compile on CPU: starts in seconds
+    return cfg
+
+
+def bench_model(model: str, engine: str, args: argparse.Namespace) -> dict:
+    """Times every arm on one (model, engine) backend; returns tokens/s and the token ids per arm."""
     import torch
 
     from populora.policy import make_backend
     from populora.policy.base import GenerationRequest, SamplingParams
 
-    be = make_backend({"model": model, "device": args.device, "cpu_threads": args.threads,
-                       "max_batch_size": 256, "lora": {"rank": args.rank, "alpha": 2 * args.rank, "b_std": 0.02}})
-    names = [f"member_{i}" for i in range(args.adapters)]
-    for i, n in enumerate(names):
-        be.add_adapter(n, be.new_adapter_weights(seed=i))
-    prompts = _prompts(be.tokenizer, args.adapters * args.prompts_per_adapter)
-    requests = [GenerationRequest(p, names[i % args.adapters]) for i, p in enumerate(prompts)]
     sampling = SamplingParams(temperature=0, max_new_tokens=per_model(args.new_tokens, model))
+    be = make_backend(_policy_config(model, engine, args), max_new_tokens=sampling.max_new_tokens)
+    try:
+        names = [f"member_{i}" for i in range(args.adapters)]
+        for i, n in enumerate(names):
+            be.add_adapter(n, be.new_adapter_weights(seed=i))
+        prompts = _prompts(be.tokenizer, args.adapters * args.prompts_per_adapter)
+        mixed = [GenerationRequest(p, names[i % args.adapters]) for i, p in enumerate(prompts)]
+        batches = {"mixed": mixed, "one_adapter": [GenerationRequest(p, names[0]) for p in prompts],
+                   "base": [GenerationRequest(p, None) for p in prompts]}
 
-    def sync():
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
+        def call(arm):
+            if arm != "per_adapter":
+                return be.generate(batches[arm], sampling)
+            out = [None] * len(mixed)
+            for n in names:
+                rows = [i for i, r in enumerate(mixed) if r.adapter == n]
+                for i, res in zip(rows, be.generate([mixed[i] for i in rows], sampling)):
+                    out[i] = res
+            return out
 
-    def mixed():
-        return be.generate(requests, sampling)
+        def fresh():  # HF keeps nothing between calls; vLLM would reuse the prompts' KV blocks
+            if engine == "vllm":
+                be.engine.llm.reset_prefix_cache()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
 
-    def per_adapter():
-        out = []
-        for n in names:
-            out += be.generate([r for r in requests if r.adapter == n], sampling)
-        return out
-
-    be.generate(requests[:2], SamplingParams(temperature=0, max_new_tokens=2))  # warm-up
-    arms = {"mixed": {"seconds": float("inf")}, "per_adapter": {"seconds": float("inf")}}
-    for _ in range(args.repeats):  # arms alternate, so both see the same machine load
-        for arm, fn in (("mixed", mixed), ("per_adapter", per_adapter)):
-            sync()
-            t0 = time.perf_counter()
-            results = fn()
-            sync()
-            dt = time.perf_counter() - t0
-            if dt < arms[arm]["seconds"]:
-                tokens = sum(len(c.token_ids) for r in results for c in r.completions)
-                arms[arm] = {"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt}
-    be.close()
+        t0 = time.perf_counter()  # warm-up: every adapter and the base once (starts vLLM's engine)
+        be.generate([GenerationRequest(prompts[0], n) for n in [*names, None]],
+                    SamplingParams(temperature=0, max_new_tokens=2))
+        warmup = time.perf_counter() - t0
+        arms = {arm: {"seconds": math.inf} for arm in ARMS}
+        for _ in range(args.repeats):  # arms alternate, so all see the same machine load
+            for arm in ARMS:
+                fresh()
+                t0 = time.perf_counter()
+                results = call(arm)
+                fresh()
+                dt = time.perf_counter() - t0
+                if dt < arms[arm]["seconds"]:
+                    ids = [list(c.token_ids) for r in results for c in r.completions]
+                    tokens = sum(map(len, ids))
+                    arms[arm] = {"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt, "ids": ids}
+        zero_base = bool(getattr(be.engine, "base_via_zero_adapter", False))
+    finally:
+        be.close()
+    in_process = engine == "hf" or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    tps = {arm: arms[arm]["tokens_per_s"] for arm in ARMS}
     return {
-        "model": model, "device": str(be.device), "adapters": args.adapters, "requests": len(requests),
-        "new_tokens": sampling.max_new_tokens, "threads": torch.get_num_threads(), **arms,
-        "ratio": arms["mixed"]["tokens_per_s"] / arms["per_adapter"]["tokens_per_s"],
+        "model": model, "engine": engine, "device": str(be.device), "adapters": args.adapters,
+        "requests": len(mixed), "new_tokens": sampling.max_new_tokens, "warmup_s": warmup,
+        "threads": str(torch.get_num_threads()) if in_process else "own", "base_via_zero_adapter": zero_base,
+        **arms, "mixed/one_adapter": tps["mixed"] / tps["one_adapter"], "mixed/base": tps["mixed"] / tps["base"],
+        "mixed/per_adapter": tps["mixed"] / tps["per_adapter"],
     }
 
 
+def same_tokens(a: list[list[int]], b: list[list[int]]) -> int:
+    """How many requests produced identical token ids in two runs of the same requests."""
+    return sum(x == y for x, y in zip(a, b))
+
+
 def run(args: argparse.Namespace) -> int:
-    print("model          device  adapters  requests  tokens  mixed tok/s  per-adapter tok/s  ratio")
-    status = 0
+    names = engines(args.engines)
+    unknown = [e for e in names if e not in ("hf", "vllm")]
+    if unknown or not names:
+        print(f"error: --engines takes hf and/or vllm, got {args.engines!r}")
+        return 2
+    if "vllm" in names and "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ:
+        print("note: vllm runs in this process: VLLM_ENABLE_V1_MULTIPROCESSING=0 set by the benchmark")
+    print("model          engine  device  threads  requests  new_tok  warmup_s  mixed tok/s  one_adapter tok/s"
+          "  base tok/s  per_adapter tok/s  mixed/one_adapter  mixed/base  mixed/per_adapter")
+    status, rows = 0, {}
     for model in [m for m in args.models.split(",") if m]:
-        r = bench_model(model, args)
-        if r["mixed"]["tokens"] != r["per_adapter"]["tokens"]:
-            print(f"warning: {model}: arms generated different token counts", r["mixed"]["tokens"], r["per_adapter"]["tokens"])
-            status = 1
-        print(
-            f"{r['model']:<14} {r['device']:<7} {r['adapters']:>8} {r['requests']:>9} {r['mixed']['tokens']:>7}"
-            f" {r['mixed']['tokens_per_s']:>12.1f} {r['per_adapter']['tokens_per_s']:>18.1f} {r['ratio']:>6.2f}x"
-        )
+        for engine in names:
+            r = rows[model, engine] = bench_model(model, engine, args)
+            print(
+                f"{model:<14} {engine:<7} {r['device']:<7} {r['threads']:>7} {r['requests']:>9} {r['new_tokens']:>8}"
+                f" {r['warmup_s']:>9.1f} {r['mixed']['tokens_per_s']:>12.1f} {r['one_adapter']['tokens_per_s']:>18.1f}"
+                f" {r['base']['tokens_per_s']:>11.1f} {r['per_adapter']['tokens_per_s']:>18.1f}"
+                f" {r['mixed/one_adapter']:>17.2f}x {r['mixed/base']:>10.2f}x {r['mixed/per_adapter']:>17.2f}x",
+                flush=True,
+            )
+            if r["mixed"]["ids"] != r["per_adapter"]["ids"]:
+                print(f"warning: {model} {engine}: mixed and per_adapter generated different tokens "
+                      f"({same_tokens(r['mixed']['ids'], r['per_adapter']['ids'])}/{r['requests']} requests equal)")
+                status = 1
+    zero_base = [f"{m}" for (m, e), r in rows.items() if r["base_via_zero_adapter"]]
+    if zero_base:
+        print(f"note: vllm's base arm ({', '.join(zero_base)}) runs through an all-zero adapter on CPU "
+              "(the engine's workaround for vLLM's CPU LoRA ops), so it pays the LoRA work too")
+    pairs = [m for m in dict.fromkeys(m for m, _ in rows) if (m, "hf") in rows and (m, "vllm") in rows]
+    if pairs:
+        print("\nmodel          arm          hf tok/s  vllm tok/s  vllm/hf  same greedy tokens as hf")
+    for model in pairs:
+        hf, vl = rows[model, "hf"], rows[model, "vllm"]
+        for arm in ARMS:
+            same = same_tokens(hf[arm]["ids"], vl[arm]["ids"])
+            print(f"{model:<14} {arm:<12} {hf[arm]['tokens_per_s']:>8.1f} {vl[arm]['tokens_per_s']:>11.1f}"
+                  f" {vl[arm]['tokens_per_s'] / hf[arm]['tokens_per_s']:>7.2f}x {same:>10}/{hf['requests']} requests")
+            if same != hf["requests"]:
+                print(f"warning: {model} {arm}: vllm and hf generated different greedy tokens for "
+                      f"{hf['requests'] - same} of {hf['requests']} requests")
+    for (model, engine), r in rows.items():
+        verdict = "meets" if r["mixed/one_adapter"] >= GOAL else "misses"
+        print(f"{model} {engine}: mixed/one_adapter {r['mixed/one_adapter']:.2f}x {verdict} the multi-LoRA goal "
+              f"(>= {GOAL:.2f}x, a mixed batch within 1.1x of a one-adapter batch)")
     return status

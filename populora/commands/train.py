@@ -65,6 +65,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from populora.config import ConfigError
     from populora.distributed.env import rank_env
     from populora.jsonl import JsonlError
+    from populora.policy.engine import EngineFailure
     from populora.selfplay.runner import train
 
     if not args.resume and not args.config:
@@ -78,16 +79,22 @@ def cmd_train(args: argparse.Namespace) -> int:
                 *(["--resume", args.resume] if args.resume else []), *(["--quiet"] if args.quiet else []),
                 *args.overrides]
         return launch_local_ranks(args.nproc, argv)
+    env = rank_env()  # once, before any engine starts (vLLM's CPU platform rewrites LOCAL_WORLD_SIZE)
     try:
         summary = train(args.config, args.overrides, run_dir=args.resume or args.run_dir, resume=bool(args.resume),
-                        progress=not args.quiet)
+                        progress=not args.quiet, env=env)
     except ConfigError as e:
         print(f"populora train: {e}", file=sys.stderr)
         return 2
     except (CheckpointError, JsonlError) as e:  # a run directory that cannot be resumed as it is: left unchanged
         print(f"populora train: {e}", file=sys.stderr)
         return 1
-    if rank_env().rank != 0:
+    except EngineFailure as e:  # every rank stops together; the last checkpoint is intact
+        run_dir = getattr(e, "run_dir", None) or args.resume or args.run_dir or "RUN_DIR"
+        print(f"populora train: rank {env.rank}: {e}; the last checkpoint is intact: "
+              f"`populora train --resume {run_dir}` continues from it", file=sys.stderr)
+        return 1
+    if env.rank != 0:
         return 0  # rank 0 prints the summary
     return _print_or_fail("train", Path(summary["run_dir"]))
 

@@ -68,12 +68,12 @@ from populora.policy.base import Completion, GenerationRequest, GenerationResult
 from populora.policy.config import PolicyConfig
 from populora.policy.engine import EngineContext, EngineFailure, GenerationEngine, register_engine
 from populora.policy.lora_registry import LoraRegistry, PublishedAdapter, sampling_seeds
+from populora.signals import children_immune
 
 INSTALL_HINT = "pip install 'populora[vllm]' on a CUDA machine, or `make setup-vllm` for vLLM's CPU build"
 DEFAULT_NEW_TOKENS = 4096  # for max_model_len when nothing says how long completions may be
 FINISH_REASONS = {"stop": "stop", "length": "length"}  # anything else ("abort", None) is "abort"
 BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on CPU (module docstring)
-SIGNALS_FOR_THE_TRAINER = (signal.SIGUSR2,)  # Slurm's preemption notice: the trainer checkpoints on it
 # the launcher's variables that vLLM's CPU platform overwrites in the calling process (platforms/cpu.py
 # sets LOCAL_WORLD_SIZE to its tensor-parallel size): put back after the engine started
 LAUNCHER_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_RANK", "RANK", "WORLD_SIZE")
@@ -197,22 +197,20 @@ def engine_environment(context: EngineContext, platform: str, environ: Mapping[s
 
 @contextlib.contextmanager
 def _engine_start(env: Mapping[str, str]) -> Iterator[None]:
-    """While the engine starts (it spawns its processes then): ``env`` set, the trainer's signals blocked
-    so that the engine's processes inherit the block (a blocked mask survives fork and exec; a signal
-    sent meanwhile stays pending for the trainer, not lost), and the launcher's variables put back
-    afterwards."""
+    """While the engine starts (it spawns its processes then): ``env`` set, the preemption signals
+    blocked so that the engine's processes inherit the block (``populora/signals.py``), and the
+    launcher's variables put back afterwards."""
     saved = {k: os.environ.get(k) for k in (*env, *LAUNCHER_VARIABLES)}
     os.environ.update(env)
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS_FOR_THE_TRAINER)
     try:
-        yield
+        with children_immune():
+            yield
     finally:
         for k, value in saved.items():
             if value is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = value
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 def _describe_exit(code: int | None) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from populora.sandbox import protocol, results, scratch, seccomp
 from populora.sandbox.api import Outcome, Program, SandboxLimits
+from populora.signals import children_immune
 
 SERVER_SCRIPT = Path(__file__).with_name("server.py")
 ISOLATION_MODES = ("auto", "full", "uid", "rlimits")
@@ -59,7 +60,7 @@ class _Server:
             log = open(log_path, "ab")  # the server's own stderr (start-up failures, tracebacks)
         except OSError:
             log = open(os.devnull, "ab")  # the scratch directory was removed under us
-        with log:
+        with log, children_immune():  # Slurm's SIGUSR2 is the trainer's (populora/signals.py)
             try:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-B", "-s", "-S", str(SERVER_SCRIPT), _json(config)],

@@ -332,6 +332,9 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    # Slurm's preemption signal reaches every process of a job step; it is the trainer's to handle
+    # (populora/signals.py). Started with it blocked; ignored from here on, by programs too.
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     config = json.loads(argv[1])
     req, resp = os.dup(0), os.dup(1)
     null = os.open("/dev/null", os.O_RDWR)

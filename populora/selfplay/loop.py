@@ -54,6 +54,7 @@ from populora.distributed.comm import Comm, LocalComm
 from populora.policy import make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
+from populora.policy.engine import EngineContext, EngineFailure, engine_seed
 from populora.population import evolution, matchmaking, ratings
 from populora.population.members import LineageLog, Member, founder_record, founders
 from populora.sandbox import Sandbox
@@ -97,8 +98,11 @@ class SelfPlay:
         limits = dataclasses.replace(cfg.sandbox, max_output_chars=cfg.tasks.max_output_chars, workers=workers)
         self.sandbox = Sandbox(limits=limits, workers=workers)
         longest = max(cfg.selfplay.teacher_sampling.max_new_tokens, cfg.selfplay.student_sampling.max_new_tokens)
+        context = EngineContext(seed=engine_seed(cfg.seed, self.comm.rank), rank=self.comm.rank,
+                                local_rank=self.comm.local_rank, local_world=self.comm.local_world)
         self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs(),
-                                    max_new_tokens=longest)
+                                    max_new_tokens=longest, context=context)
+        self.refused_calls = 0  # generate calls in a row whose every request was refused
         self.buffers: TaskBuffers | None = None  # seeded at the first step, or restored from a checkpoint
         self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
         self.members: dict[str, Member] = {}  # in slot order (see populora.distributed.placement)
@@ -265,8 +269,8 @@ class SelfPlay:
     def _generate(self, requests, sc, n: int, seed: int, metrics: dict, role: str):
         """One mixed-adapter generate call per rank for its round-robin share of the requests (every
         rank holds every adapter, so the phases where only teachers or only students write keep every
-        rank busy); results gathered in request order. A failure is recorded and yields no completions
-        for that rank's requests."""
+        rank busy); results gathered in request order. An engine failure stops the run (see
+        ``_generate_shared``)."""
         if not requests:
             return []
         sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
@@ -274,22 +278,39 @@ class SelfPlay:
         return self._generate_shared(requests, sampling, metrics, role)
 
     def _generate_shared(self, requests, sampling: SamplingParams, metrics: dict, role: str):
-        """``requests`` (each with its ``index``) dealt round robin over the ranks, results gathered."""
+        """``requests`` (each with its ``index``) dealt round robin over the ranks, results gathered.
+
+        A failure of the engine on any rank (it did not start, its process died, its device failed)
+        stops the run on every rank: the failing rank hands its error to the gather that every rank
+        is in, and every rank raises ``EngineFailure`` with it, before anything of the step is
+        trained or saved (the last checkpoint stays the one to resume from). Requests refused on
+        their own (``GenerationResult.refused``) train nothing; ``selfplay.max_refused_calls`` calls in
+        a row with nothing but refusals stop the run too.
+        """
         share = place.mine(place.round_robin(len(requests), self.comm.world), self.comm.rank)
         local, error = [None] * len(share), None
         if share:
             try:
                 local = self.backend.generate([requests[i] for i in share], sampling)
-            except Exception as e:  # a generation failure must not kill the run: this step trains on less
-                log.exception("generation failed for %d %s requests", len(share), role)
-                error = f"{type(e).__name__}: {str(e)[:200]}"
+            except Exception as e:  # handed to every rank below: the run stops everywhere, not here alone
+                log.debug("generation failed on rank %d", self.comm.rank, exc_info=True)
+                error = f"{type(e).__name__}: {e}" if not isinstance(e, EngineFailure) else str(e)
         out = [None] * len(requests)
-        for part_share, part, part_error in self.comm.gather((share, local, error)):
+        errors = []
+        for rank, (part_share, part, part_error) in enumerate(self.comm.gather((share, local, error))):
             for i, result in zip(part_share, part):
                 out[i] = result
             if part_error is not None:
-                metrics[f"errors/{role}/generate"] = 1
-                metrics[f"errors/{role}/generate_reason"] = part_error
+                errors.append((rank, part_error))
+        if errors:
+            rank, why = errors[0]
+            raise EngineFailure(f"generation engine {self.cfg.policy.engine!r} failed on rank {rank} "
+                                f"({role} requests): {_one_line(why)}")
+        refused = sum(1 for r in out if r is not None and r.refused)  # counted per role in stages.step_metrics
+        self.refused_calls = self.refused_calls + 1 if out and refused == len(out) else 0
+        if self.refused_calls >= self.cfg.selfplay.max_refused_calls:
+            raise EngineFailure(f"{self.refused_calls} generate calls in a row had every request refused "
+                                f"(last: {out[0].refused}); stopping (selfplay.max_refused_calls)")
         return out
 
     def _split(self, records, stage, metrics: dict):
@@ -470,6 +491,11 @@ class SelfPlay:
     def close(self) -> None:
         self.sandbox.close()
         self.backend.close()
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def rank_policy(policy, comm: Comm):

@@ -31,6 +31,7 @@ from populora import checkpoint
 from populora.checkpoint import Checkpoint, CheckpointError, Unusable, find_latest, set_aside
 from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
 from populora.jsonl import JsonlError, read_json_object, step_of, truncate_jsonl_files
+from populora.policy.engine import EngineFailure
 from populora.selfplay.metrics import MetricsLog, read_metrics
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
@@ -110,6 +111,7 @@ def train(
     *,
     handle_signals: bool = True,
     progress: bool = True,
+    env=None,
 ) -> dict:
     """Run (or resume) one training run on this process's rank; return its summary dict.
 
@@ -118,11 +120,15 @@ def train(
     shared with every rank. Under torchrun or ``srun`` every rank calls this;
     rank 0 owns the run directory's files, each rank writes the checkpoint files of its members.
     Resuming a run that already finished all its steps is a no-op returning the existing summary.
+    ``env``: this process's ``RankEnv`` (default: read from the launcher's variables now, before any
+    engine starts: vLLM's CPU platform rewrites ``LOCAL_WORLD_SIZE`` in the calling process).
+    An ``EngineFailure`` ends the run on every rank: summary.json says ``failed: <cause>``, the last
+    checkpoint is left as it was, and the error is raised to the caller.
     """
     from populora.distributed.env import init_comm, rank_env
     from populora.selfplay.loop import SelfPlay  # heavy imports (torch, transformers) only here
 
-    env = rank_env()
+    env = env or rank_env()
     comm = init_comm(_comm_device(config_file, list(overrides), run_dir, resume),
                      _peek_timeout(config_file, list(overrides), run_dir, resume), env)
     try:
@@ -188,17 +194,26 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
         sp.export_final(rd)
         summary = sp.summary(status)
         if comm.is_main:
-            tmp = summary_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
-            os.replace(tmp, summary_file)
+            _write_summary(summary_file, summary)
         comm.barrier()
         return summary
+    except EngineFailure as e:  # raised on every rank together (loop._generate_shared): no collective here
+        e.run_dir = str(rd)
+        if comm.is_main:
+            _write_summary(summary_file, sp.summary(f"failed: {e}"))
+        raise
     finally:
         sp.close()
         if metrics is not None:
             metrics.close()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
+
+
+def _write_summary(path: Path, summary: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    os.replace(tmp, path)
 
 
 def _has_run(run_dir: str | None) -> bool:

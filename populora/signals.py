@@ -1,0 +1,38 @@
+"""Preemption signals belong to the trainer: the processes it starts are immune to them.
+
+Slurm announces a preemption or the end of a job's time with SIGUSR2 (``--signal``), and
+``scancel --signal`` sends it to EVERY process of the job step, not only to the one that handles it
+(``populora.selfplay.runner.StopFlag``: checkpoint, then stop between steps). A process started by
+the trainer (vLLM's engine processes, the sandbox's fork servers) that does not handle it dies of its
+default action, and the step that was running loses its engine or its verifier.
+
+``children_immune()`` blocks those signals in the calling thread while it starts such processes: a
+blocked signal mask survives ``fork`` and ``exec``, so the children start with the signals blocked
+(they stay pending there and are never delivered), and a signal sent to the trainer meanwhile stays
+pending until the block is lifted, then reaches its handler: nothing is lost. Processes we write
+ourselves also ignore them outright (``ignore_in_this_process``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+
+PREEMPTION_SIGNALS = (signal.SIGUSR2,)
+
+
+@contextlib.contextmanager
+def children_immune(signals: tuple[signal.Signals, ...] = PREEMPTION_SIGNALS) -> Iterator[None]:
+    """Processes started inside this block (from this thread) inherit ``signals`` blocked."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_in_this_process(signals: tuple[signal.Signals, ...] = PREEMPTION_SIGNALS) -> None:
+    """For processes of our own started by the trainer: never die of the trainer's signals."""
+    for sig in signals:
+        signal.signal(sig, signal.SIG_IGN)
