@@ -27,6 +27,12 @@ def _has_slurm() -> bool:
         return False
 
 
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
 def chromium_binary() -> str | None:
     """Debian's headless Chromium (``apt-get install chromium``), if installed."""
     return shutil.which("chromium") or shutil.which("chromium-browser")
@@ -35,12 +41,16 @@ def chromium_binary() -> str | None:
 def pytest_configure(config):
     config.addinivalue_line("markers", "browser: needs headless Chromium (Debian package chromium); skipped elsewhere "
                                        "unless POPULORA_REQUIRE_BROWSER=1")
+    config.addinivalue_line("markers", "vllm: needs vLLM (the CUDA build, or the CPU build from `make setup-vllm`); "
+                                       "skipped elsewhere unless POPULORA_REQUIRE_VLLM=1 (then a missing vLLM fails)")
 
 
 def pytest_collection_modifyitems(config, items):
     cuda = _has_cuda()
     slurm = _has_slurm() or os.environ.get("POPULORA_REQUIRE_SLURM") == "1"
     browser = chromium_binary() is not None or os.environ.get("POPULORA_REQUIRE_BROWSER") == "1"
+    vllm = _has_vllm() or os.environ.get("POPULORA_REQUIRE_VLLM") == "1"
+    skip_vllm = pytest.mark.skip(reason="needs vLLM: `make setup-vllm` (marker: vllm)")
     skip_browser = pytest.mark.skip(reason="needs headless Chromium: apt-get install chromium (marker: browser)")
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (marker: gpu)")
     skip_slurm = pytest.mark.skip(reason="needs the test cluster from slurm/testing/ (marker: slurm)")
@@ -51,3 +61,5 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_slurm)
         if "browser" in item.keywords and not browser:
             item.add_marker(skip_browser)
+        if "vllm" in item.keywords and not vllm:
+            item.add_marker(skip_vllm)

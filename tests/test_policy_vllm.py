@@ -3,7 +3,7 @@ logprob parity on a GPU with vLLM."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 
 import pytest
 import torch
@@ -69,12 +69,13 @@ def test_request_seeds():
     assert sampling_seeds(7, [2, 3]) == seeds[2:]  # a request's seed depends on its index, not on the call
 
 
-def test_module_imports_without_vllm_and_says_how_to_install():
+def test_module_imports_without_vllm_and_says_how_to_install(monkeypatch):
+    import sys
+
     import populora.policy.vllm_engine as ve
 
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed here")
-    with pytest.raises(ImportError, match=r"populora\[vllm\]"):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as if not installed: `import vllm` raises ImportError
+    with pytest.raises(ImportError, match=r"populora\[vllm\].*make setup-vllm"):
         ve._import_vllm()
 
 
@@ -99,7 +100,8 @@ def test_every_engine_keyword_exists_in_every_supported_release(sleep):
     from populora.policy.vllm_api import supported_versions, table
     from populora.policy.vllm_engine import engine_kwargs
 
-    cfg = PolicyConfig(engine="vllm", model="tiny", lora={"rank": 32}, vllm={"sleep_between_phases": sleep})
+    cfg = PolicyConfig(engine="vllm", model="tiny", device="cuda", lora={"rank": 32},
+                       vllm={"sleep_between_phases": sleep})
     for v in supported_versions():
         api = table()[v]
         available = set(api["EngineArgs"]) | set(api["LLM"])
@@ -122,7 +124,8 @@ def test_an_option_the_installed_vllm_lacks_is_an_error_naming_it():
 
     old = table()["0.6.6.post1"]
     available = set(old["EngineArgs"]) | set(old["LLM"])
-    cfg = PolicyConfig(engine="vllm", model="tiny", lora={"rank": 32}, vllm={"sleep_between_phases": True})
+    cfg = PolicyConfig(engine="vllm", model="tiny", device="cuda", lora={"rank": 32},
+                       vllm={"sleep_between_phases": True})
     with pytest.raises(VLLMEngineError, match="policy.vllm.sleep_between_phases"):
         engine_kwargs(cfg, 8, 8192, available, "0.6.6.post1")
     # raw log-probabilities are vLLM's default where the option does not exist: left out, not an error
@@ -253,7 +256,9 @@ def _install_recording_vllm(monkeypatch, version: str):
         "vllm.inputs": types.ModuleType("vllm.inputs"),
         "vllm.lora": types.ModuleType("vllm.lora"),
         "vllm.lora.request": types.ModuleType("vllm.lora.request"),
+        "vllm.platforms": types.ModuleType("vllm.platforms"),
     }
+    mods["vllm.platforms"].current_platform = SimpleNamespace(device_type="cuda")
     mods["vllm"].LLM = LLM
     mods["vllm"].__version__ = version
     mods["vllm"].SamplingParams = strict("SamplingParams", api["SamplingParams"])
@@ -347,3 +352,86 @@ def test_the_engine_refuses_a_memory_share_that_is_not_free(monkeypatch):
     with pytest.raises(VLLMEngineError, match=r"gpu_memory_utilization=0.85 .* at most 0.50"):
         VLLMEngine._check_free_memory(0.85)
     VLLMEngine._check_free_memory(0.45)
+
+
+# -- platforms, ranks and signals (pure parts; the real engine is in test_vllm_engine_real.py) -----
+def test_the_cpu_platform_gets_float32_a_kv_cache_in_gib_and_no_sleep_mode():
+    from populora.policy import PolicyConfig, PolicyConfigError
+    from populora.policy.vllm_api import table
+    from populora.policy.vllm_engine import VLLMEngineError, engine_kwargs
+
+    api = table()["0.33.0"]
+    available = set(api["EngineArgs"]) | set(api["LLM"])
+    cfg = PolicyConfig(engine="vllm", model="tiny", device="cpu", lora={"rank": 8}, vllm={"cpu_kv_cache_gib": 0.5})
+    cpu = engine_kwargs(cfg, 5, 256, available, platform="cpu", seed=123)
+    assert cpu["dtype"] == "float32" and cpu["kv_cache_memory_bytes"] == 2**29 and cpu["seed"] == 123
+    cuda = engine_kwargs(cfg.replace(device="cuda"), 5, 256, available, platform="cuda")
+    assert cuda["dtype"] == "bfloat16" and "kv_cache_memory_bytes" not in cuda
+    with pytest.raises(PolicyConfigError, match=r"policy.vllm.sleep_between_phases=true: vLLM's CPU platform"):
+        PolicyConfig(engine="vllm", device="cpu", lora={"rank": 8}, vllm={"sleep_between_phases": True})
+    sleepy = PolicyConfig(engine="vllm", device="cuda", lora={"rank": 8}, vllm={"sleep_between_phases": True})
+    with pytest.raises(VLLMEngineError, match="CPU platform, which has no sleep mode"):
+        engine_kwargs(sleepy, 5, 256, available, platform="cpu")  # a CPU vLLM under a cuda config
+    with pytest.raises(PolicyConfigError, match=r"policy.vllm.cpu_kv_cache_gib .*got 0"):
+        PolicyConfig(engine="vllm", lora={"rank": 8}, vllm={"cpu_kv_cache_gib": 0})
+
+
+@pytest.mark.parametrize("cores, world, expected", [
+    ([0, 1], 1, ["0,1"]),
+    ([0, 1], 2, ["0", "1"]),
+    ([4, 5, 6, 7, 8], 2, ["4,5,6", "7,8"]),
+    ([3], 2, ["3", "3"]),  # fewer cores than ranks: they share
+])
+def test_each_local_rank_binds_its_own_cores(cores, world, expected):
+    from populora.policy.vllm_engine import omp_binding
+
+    assert [omp_binding(cores, r, world) for r in range(world)] == expected
+
+
+def test_each_rank_has_its_own_compile_cache_and_cores():
+    from populora.policy.engine import EngineContext
+    from populora.policy.vllm_engine import engine_environment
+
+    ctx = EngineContext(seed=1, rank=3, local_rank=1, local_world=2)
+    env = engine_environment(ctx, "cpu", {"VLLM_CACHE_ROOT": "/scratch/vllm"}, [0, 1, 2, 3])
+    assert env == {"VLLM_CACHE_ROOT": "/scratch/vllm/rank-3", "VLLM_CPU_OMP_THREADS_BIND": "2,3"}
+    home = engine_environment(ctx, "cuda", {"XDG_CACHE_HOME": "/c"}, [0, 1])
+    assert home == {"VLLM_CACHE_ROOT": "/c/vllm/rank-3"}  # no core binding on CUDA
+    mine = engine_environment(ctx, "cpu", {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}, [0, 1, 2, 3])
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in mine  # the user's binding wins
+
+
+def test_engine_seeds_differ_by_rank_and_by_run():
+    from populora.policy.engine import engine_seed
+
+    seeds = {engine_seed(run, rank) for run in range(4) for rank in range(8)}
+    assert len(seeds) == 32 and all(0 <= s < 2**31 for s in seeds)
+    assert engine_seed(5, 2) == engine_seed(5, 2)
+
+
+def test_processes_started_in_the_block_are_immune_and_the_trainer_keeps_its_signal():
+    import signal
+    import subprocess
+    import time
+
+    from populora.signals import children_immune
+
+    got = []
+    old = signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))
+    try:
+        with children_immune():
+            child = subprocess.Popen(["sleep", "30"])
+            os.kill(os.getpid(), signal.SIGUSR2)  # sent while blocked: pending, not lost
+            assert got == []
+        time.sleep(0.05)
+        assert got == [signal.SIGUSR2]  # delivered once the block is lifted
+        child.send_signal(signal.SIGUSR2)  # Slurm signals every process of the step
+        time.sleep(0.3)
+        assert child.poll() is None, "the child died of SIGUSR2"
+        with open(f"/proc/{child.pid}/status") as f:
+            blocked = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+        assert blocked & (1 << (signal.SIGUSR2 - 1))
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+        child.kill()
+        child.wait()

@@ -533,3 +533,30 @@ def test_seccomp_fallback_is_reported(monkeypatch):
             assert box.run(prog("def f(x):\n    return x + 1", "41")).values == ["42"]
     finally:
         seccomp.compile_filter.cache_clear()
+
+
+def test_slurms_preemption_signal_leaves_the_fork_servers_and_programs_running():
+    """``scancel --signal=USR2`` reaches every process of the job step: the fork servers (and the
+    programs they run) must not die of it; the trainer alone handles it (populora/signals.py)."""
+    import signal
+
+    with Sandbox(limits=SandboxLimits(wall_seconds=5.0, cpu_seconds=4), workers=1) as box:
+        assert box.run(prog("def f(x):\n    return x + 1", "1")).values == ["2"]
+        servers = box.server_pids()
+        assert servers
+        outcome = []
+        slow = threading.Thread(target=lambda: outcome.append(box.run(prog(
+            "import time\ndef f(x):\n    time.sleep(1)\n    return x", "3"))))
+        slow.start()
+        time.sleep(0.3)
+        from procutil import descendants
+
+        for pid in set(servers) | {d for s in servers for d in descendants(s)}:
+            try:
+                os.kill(pid, signal.SIGUSR2)
+            except ProcessLookupError:
+                pass
+        slow.join()
+        assert outcome[0].status == OK and outcome[0].values == ["3"], outcome  # the program ran on
+        assert box.server_pids() == servers  # no server was replaced
+        assert box.run(prog("def f(x):\n    return x * 2", "4")).values == ["8"]

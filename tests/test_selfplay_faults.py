@@ -1,4 +1,5 @@
-"""Failures inside a step are recorded and contained: generation errors, sandbox errors, NaN losses."""
+"""Failures inside a step: sandbox errors and NaN losses are recorded and contained; an engine failure
+stops the run (the last checkpoint is the one to resume from)."""
 
 from __future__ import annotations
 
@@ -28,29 +29,36 @@ def _weights(sp):
     return {mid: sp.backend.get_weights(m.adapter) for mid, m in sp.members.items()}
 
 
-def test_generation_failure_is_recorded_and_the_run_goes_on(sp, monkeypatch):
-    real = sp.backend.generate
-    calls = {"n": 0}
+def test_an_engine_failure_stops_the_step_before_anything_is_trained(sp, monkeypatch):
+    """A generation error is the engine's, not a request's: retrying fails again and going on trains
+    on nothing (it used to be recorded as a metric and the run went on). The step raises
+    EngineFailure naming the engine, the rank and the cause; no adapter has changed."""
+    from populora.policy.engine import EngineFailure
 
-    def failing_once(requests, sampling):
-        calls["n"] += 1
-        if calls["n"] == 1:  # the teachers' call of step 1
-            raise RuntimeError("CUDA error: device-side assert (injected)")
-        return real(requests, sampling)
+    def failing(requests, sampling):
+        raise RuntimeError("CUDA error: device-side assert (injected)")
 
-    monkeypatch.setattr(sp.backend, "generate", failing_once)
+    monkeypatch.setattr(sp.backend, "generate", failing)
     before = _weights(sp)
-    row = sp.step(1)
-    assert row["errors/teacher/generate"] == 1 and "injected" in row["errors/teacher/generate_reason"]
-    assert row["teacher/proposals"] == 12 and row["teacher/valid_tasks"] == 0
+    with pytest.raises(EngineFailure, match=r"generation engine 'hf' failed on rank 0 \(teacher requests\): "
+                                            r"RuntimeError: CUDA error: device-side assert \(injected\)"):
+        sp.step(1)
     after = _weights(sp)
-    for mid, m in sp.members.items():
-        if m.role == "teacher":  # nothing to train on: untouched, no optimizer step
-            assert after[mid].equal(before[mid]) and row[f"adapter/{mid}/optimizer_steps"] == 0
-        else:  # students still trained on buffer tasks, on their full budget
-            assert row[f"adapter/{mid}/sequences"] == 6 and row[f"adapter/{mid}/optimizer_steps"] == 1
-    row2 = sp.step(2)
-    assert "errors/teacher/generate" not in row2
+    assert all(after[mid].equal(before[mid]) for mid in sp.members)
+    assert sp.step_done == 0
+
+
+def test_calls_with_every_request_refused_stop_the_run_after_the_cap(sp, monkeypatch):
+    """A request refused on its own (prompt over policy.max_prompt_tokens) is dropped and counted;
+    selfplay.max_refused_calls calls in a row that refuse everything stop the run."""
+    from populora.policy.engine import EngineFailure
+
+    monkeypatch.setattr(sp.backend.config, "max_prompt_tokens", 1)  # every prompt is now too long
+    row = sp.step(1)  # the teachers' and the students' calls: 2 refused calls, under the cap of 3
+    assert row["teacher/refused"] == row["teacher/proposals"] == 12 and sp.refused_calls == 2
+    with pytest.raises(EngineFailure, match=r"3 generate calls in a row had every request refused "
+                                            r"\(last: prompt_too_long:\d+\).*selfplay.max_refused_calls"):
+        sp.step(2)
 
 
 def test_sandbox_failure_rejects_the_batch_without_crashing(sp, monkeypatch):

@@ -58,6 +58,7 @@ import dataclasses
 import os
 import signal
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -73,10 +74,13 @@ from populora.signals import children_immune
 INSTALL_HINT = "pip install 'populora[vllm]' on a CUDA machine, or `make setup-vllm` for vLLM's CPU build"
 DEFAULT_NEW_TOKENS = 4096  # for max_model_len when nothing says how long completions may be
 FINISH_REASONS = {"stop": "stop", "length": "length"}  # anything else ("abort", None) is "abort"
+WATCH_SECONDS = 1.0  # how often a waiting generate checks that the engine's processes live (ours)
+SHUTDOWN_SECONDS = 10.0  # how long close() waits for vLLM's shutdown before killing what is left
 BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on CPU (module docstring)
-# the launcher's variables that vLLM's CPU platform overwrites in the calling process (platforms/cpu.py
-# sets LOCAL_WORLD_SIZE to its tensor-parallel size): put back after the engine started
-LAUNCHER_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_RANK", "RANK", "WORLD_SIZE")
+# variables that vLLM's CPU platform overwrites in the calling process for the processes it starts
+# (platforms/cpu.py: LOCAL_WORLD_SIZE = its tensor-parallel size, LD_PRELOAD = its allocator and
+# OpenMP): put back once the engine has started, so the launcher's values stay the rank's
+RESTORED_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LD_PRELOAD")
 
 
 class VLLMEngineError(EngineFailure):
@@ -199,13 +203,17 @@ def engine_environment(context: EngineContext, platform: str, environ: Mapping[s
 def _engine_start(env: Mapping[str, str]) -> Iterator[None]:
     """While the engine starts (it spawns its processes then): ``env`` set, the preemption signals
     blocked so that the engine's processes inherit the block (``populora/signals.py``), and the
-    launcher's variables put back afterwards."""
-    saved = {k: os.environ.get(k) for k in (*env, *LAUNCHER_VARIABLES)}
+    variables vLLM rewrites put back afterwards, and this process's torch threads (vLLM's client
+    lowers them to 1 "for serving"; ``policy.cpu_threads`` is the trainer's setting)."""
+    saved = {k: os.environ.get(k) for k in (*env, *RESTORED_VARIABLES)}
     os.environ.update(env)
+    threads = torch.get_num_threads()
     try:
         with children_immune():
             yield
     finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)  # in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) vLLM refuses it
         for k, value in saved.items():
             if value is None:
                 os.environ.pop(k, None)
@@ -245,6 +253,7 @@ class VLLMEngine(GenerationEngine):
         self._llm = None  # created at the first generate, when the population size is known
         self._start_failure: EngineFailure | None = None  # raised again: a second start would fail too
         self._processes: list = []  # the engine's processes (multiprocessing children it started)
+        self._workers: dict[int, str] = {}  # their children at start (vLLM's workers): pid -> name
         self._asleep = False
 
     @property
@@ -279,6 +288,7 @@ class VLLMEngine(GenerationEngine):
                 self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {_first_line(e)}")
                 raise self._start_failure from e
             self._processes = [p for p in multiprocessing.active_children() if p not in before]
+            self._workers = {pid: name for p in self._processes for pid, name in _descendants(p.pid).items()}
         return self._llm
 
     def process_ids(self) -> list[int]:
@@ -286,11 +296,38 @@ class VLLMEngine(GenerationEngine):
         return [p.pid for p in self._processes]
 
     def check_alive(self) -> None:
-        """An ``EngineFailure`` naming the process when one of the engine's processes has ended."""
+        """An ``EngineFailure`` naming the process when one of the engine's processes has ended:
+        the ones it started itself (exit status known) and theirs (vLLM's workers), seen in /proc."""
         for p in self._processes:
             if p.exitcode is not None:  # polls the child (os.waitpid with WNOHANG)
                 raise EngineFailure(f"{self.name}: its process {p.name} (pid {p.pid}) died "
                                     f"({_describe_exit(p.exitcode)})")
+        for pid, name in self._workers.items():
+            if not _running(pid):
+                raise EngineFailure(f"{self.name}: its worker process {name} (pid {pid}) died")
+
+    def _watched(self, call, *args, **kwargs):
+        """``call(*args, **kwargs)`` in a helper thread while this thread watches the engine's
+        processes: vLLM's offline ``generate`` waits forever on its output queue when the engine
+        process is killed (measured with vLLM 0.32: SIGKILL of EngineCore, then ``generate`` never
+        returned), so a dead engine must be noticed here. The abandoned thread is a daemon."""
+        box: dict = {}
+
+        def run():
+            try:
+                box["value"] = call(*args, **kwargs)
+            except BaseException as e:  # handed to the caller's thread
+                box["error"] = e
+
+        worker = threading.Thread(target=run, name="vllm-generate", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(WATCH_SECONDS)
+            if worker.is_alive():
+                self.check_alive()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     @staticmethod
     def _check_free_memory(utilization: float) -> None:
@@ -369,8 +406,10 @@ class VLLMEngine(GenerationEngine):
         loras = [None if p is None else LoRARequest(p.lora_name, p.lora_int_id, str(p.path)) for p in routes]
         try:
             self._wake()
-            outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling_params=params,
-                                   lora_request=loras, use_tqdm=False)
+            outputs = self._watched(llm.generate, [TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                    sampling_params=params, lora_request=loras, use_tqdm=False)
+        except EngineFailure:
+            raise
         except Exception as e:
             self.check_alive()  # a dead process is the better explanation
             raise EngineFailure(f"{self.name}: generate failed: {type(e).__name__}: {_first_line(e)}") from e
@@ -386,16 +425,55 @@ class VLLMEngine(GenerationEngine):
     def close(self) -> None:
         llm, self._llm = self._llm, None
         if llm is not None:
-            with contextlib.suppress(Exception):  # a dead engine has nothing left to shut down
-                llm.llm_engine.engine_core.shutdown()
+            # vLLM's own shutdown (it stops its processes); bounded: a half-dead engine may not answer
+            done = threading.Thread(target=_shutdown, args=(llm,), name="vllm-shutdown", daemon=True)
+            done.start()
+            done.join(SHUTDOWN_SECONDS)
         del llm
         for p in self._processes:
-            p.join(timeout=10)
+            p.join(timeout=SHUTDOWN_SECONDS)
             if p.exitcode is None:
                 p.kill()
-        self._processes = []
+        for pid in self._workers:
+            if _running(pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        self._processes, self._workers = [], {}
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def _shutdown(llm) -> None:
+    with contextlib.suppress(Exception):  # a dead engine has nothing left to shut down
+        llm.llm_engine.engine_core.shutdown()
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Live processes below ``pid`` and their names, from /proc."""
+    parent, names = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    head, tail = f.read().rsplit(")", 1)
+            except OSError:
+                continue
+            parent[int(entry)] = int(tail.split()[1])
+            names[int(entry)] = head.split("(", 1)[1]
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return {p: names[p] for p in found}
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (dead, not yet reaped by its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _first_line(e: BaseException) -> str:

@@ -1,0 +1,150 @@
+"""``populora train ... policy.engine=vllm`` end to end on the real vLLM engine (the CPU build here).
+
+Marked ``vllm`` (skipped without vLLM unless POPULORA_REQUIRE_VLLM=1) and ``slow``. The engine runs
+with vLLM's default multiprocessing, as on a GPU node: its own EngineCore process (and a worker), so
+that killing it and signalling it are what they would be on a cluster.
+
+- one rank, to the end, evolution included, while Slurm's preemption signal (SIGUSR2) is sent to
+  every process the trainer started (engine processes, sandbox fork servers): none of them dies;
+- two ranks (``--nproc 2``), one engine each: the engine of rank 1 is killed by pid in the middle of
+  the run; both ranks stop with a one-line error naming the engine and the cause, exit non-zero, and
+  leave the last checkpoint intact; ``--resume`` on two ranks runs to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from procutil import descendants
+
+from populora.checkpoint import find_latest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = [sys.executable, "-m", "populora.cli", "train", "--quiet"]
+TINY_VLLM = ["--config", str(ROOT / "configs" / "tiny.yaml"), "policy.engine=vllm", "policy.lora.rank=8",
+             "policy.vllm.enforce_eager=true"]
+STEPS = 6  # tiny.yaml: evolution at step 3 (interval 3, min_age 2)
+
+
+def _env(tmp_path: Path) -> dict:
+    return {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "PYTHONUNBUFFERED": "1"}
+
+
+def _name(pid: int) -> str:
+    """A process's command line (vLLM renames its processes: VLLM::EngineCore, VLLM::Worker)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _steps_logged(rd: Path) -> int:
+    path = rd / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _wait(predicate, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+
+
+def _summary(rd: Path) -> dict:
+    return json.loads((rd / "summary.json").read_text())
+
+
+def test_one_rank_runs_to_the_end_and_its_engine_and_sandbox_ignore_slurms_preemption_signal(tmp_path):
+    rd = tmp_path / "run"
+    log = (tmp_path / "stderr").open("w")
+    proc = subprocess.Popen([*TRAIN, "--run-dir", str(rd), *TINY_VLLM], cwd=tmp_path, env=_env(tmp_path),
+                            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    _wait(lambda: _steps_logged(rd) >= 1, 600, proc, "step 1")
+    helpers = descendants(proc.pid)
+    engine = [p for p in helpers if "EngineCore" in _name(p)]
+    servers = [p for p in helpers if "sandbox/server.py" in _name(p)]
+    assert engine and servers, {p: _name(p) for p in helpers}
+    for pid in helpers:  # what `scancel --signal=USR2` does to the step, the trainer left out here
+        try:
+            os.kill(pid, signal.SIGUSR2)
+        except ProcessLookupError:
+            pass
+    time.sleep(2)
+    assert all(_alive(p) for p in engine + servers), "a process the trainer started died of SIGUSR2"
+    assert _finish(proc, 900) == 0, (tmp_path / "stderr").read_text()[-3000:]
+    summary = _summary(rd)
+    assert summary["status"] == "finished" and summary["steps_done"] == STEPS
+    lineage = [json.loads(line) for line in (rd / "lineage.jsonl").read_text().splitlines()]
+    assert any(e.get("event") == "replacement" for e in lineage)  # evolution ran
+    assert (tmp_path / "vllm-cache" / "rank-0").is_dir()  # the rank's own vLLM cache
+    time.sleep(1)
+    assert not [p for p in helpers if _alive(p)], "processes left behind"
+
+
+def test_killing_one_ranks_engine_stops_every_rank_and_resume_finishes_the_run(tmp_path):
+    rd = tmp_path / "run"
+    err = tmp_path / "stderr"
+    proc = subprocess.Popen([*TRAIN, "--nproc", "2", "--run-dir", str(rd), *TINY_VLLM], cwd=tmp_path,
+                            env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=err.open("w"),
+                            start_new_session=True)
+    _wait(lambda: _steps_logged(rd) >= 2, 900, proc, "step 2")
+    engines = sorted((p for p in descendants(proc.pid) if "EngineCore" in _name(p)), key=int)
+    assert len(engines) == 2, "one engine per rank"
+    ranks = {p: int(re.search(r"VLLM_CACHE_ROOT=\S*rank-(\d)", open(f"/proc/{p}/environ").read().replace("\0", " "))
+                    .group(1)) for p in engines}
+    victim = next(p for p, r in ranks.items() if r == 1)
+    os.kill(victim, signal.SIGKILL)
+    code = _finish(proc, 300)
+    text = err.read_text()
+    assert code != 0, text[-2000:]
+    failures = [line for line in text.splitlines() if line.startswith("populora train: rank ")]
+    assert len(failures) == 2, text[-3000:]  # both ranks stopped, each with one line
+    for line in failures:
+        assert re.search(r"generation engine 'vllm' failed on rank 1 \(\w+ requests\): vllm engine \(cpu\) of rank 1: "
+                         rf"its process \S+ \(pid {victim}\) died \(killed by SIGKILL\); the last checkpoint is "
+                         rf"intact: `populora train --resume {re.escape(str(rd))}` continues from it", line), line
+    summary = _summary(rd)
+    assert summary["status"].startswith("failed: generation engine 'vllm' failed on rank 1")
+    ckpt, skipped = find_latest(rd / "checkpoints")
+    assert ckpt is not None and not skipped and ckpt.step == summary["steps_done"] >= 2
+    assert _steps_logged(rd) == ckpt.step  # nothing of the failed step was logged or saved
+
+    resumed = subprocess.run([*TRAIN, "--nproc", "2", "--resume", str(rd)], cwd=tmp_path, env=_env(tmp_path),
+                             capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = _summary(rd)
+    assert summary["status"] == "finished" and summary["steps_done"] == STEPS
+    assert [json.loads(line)["step"] for line in (rd / "metrics.jsonl").read_text().splitlines()] == \
+        list(range(1, STEPS + 1))
+    assert {"rank-0", "rank-1"} <= {p.name for p in (tmp_path / "vllm-cache").iterdir()}
