@@ -57,6 +57,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _rank_of(pid: int) -> int:
+    """RANK from a trainer's environment, as torchrun set it."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    return int(env[b"RANK"])
+
+
 def _steps_logged(rd: Path) -> int:
     path = rd / "metrics.jsonl"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -68,16 +80,24 @@ def _wait(predicate, timeout: float, proc: subprocess.Popen, what: str) -> None:
         if proc.poll() is not None:
             raise AssertionError(f"the run ended (exit {proc.returncode}) while waiting for {what}")
         if time.monotonic() > deadline:
-            proc.kill()
+            _kill_tree(proc)
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.5)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    for pid in [proc.pid, *descendants(proc.pid)]:  # torchrun's ranks are not in its process group
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> int:
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_tree(proc)
         raise
 
 
@@ -121,8 +141,8 @@ def test_killing_one_ranks_engine_stops_every_rank_and_resume_finishes_the_run(t
     _wait(lambda: _steps_logged(rd) >= 2, 900, proc, "step 2")
     engines = sorted((p for p in descendants(proc.pid) if "EngineCore" in _name(p)), key=int)
     assert len(engines) == 2, "one engine per rank"
-    ranks = {p: int(re.search(r"VLLM_CACHE_ROOT=\S*rank-(\d)", open(f"/proc/{p}/environ").read().replace("\0", " "))
-                    .group(1)) for p in engines}
+    ranks = {p: _rank_of(_parent(p)) for p in engines}  # the engine's parent is its rank's trainer
+    assert sorted(ranks.values()) == [0, 1]
     victim = next(p for p, r in ranks.items() if r == 1)
     os.kill(victim, signal.SIGKILL)
     code = _finish(proc, 300)

@@ -54,7 +54,8 @@ def launch_local_ranks(nproc: int, argv: list[str]) -> int:
     try:
         torchrun(["--standalone", f"--nproc-per-node={nproc}", "--module", "populora.cli", "train", *argv])
     except ChildFailedError as e:
-        print(f"populora train: a rank failed: {str(e).strip().splitlines()[0] if str(e).strip() else e}",
+        failed = sorted(e.failures)
+        print(f"populora train: local rank(s) {failed} of {nproc} exited with an error (their messages are above)",
               file=sys.stderr)
         return 1
     return 0

@@ -59,6 +59,7 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -306,11 +307,13 @@ class VLLMEngine(GenerationEngine):
             if not _running(pid):
                 raise EngineFailure(f"{self.name}: its worker process {name} (pid {pid}) died")
 
-    def _watched(self, call, *args, **kwargs):
+    def _watched(self, call, *args, expected: tuple[type[BaseException], ...] = (), **kwargs):
         """``call(*args, **kwargs)`` in a helper thread while this thread watches the engine's
-        processes: vLLM's offline ``generate`` waits forever on its output queue when the engine
-        process is killed (measured with vLLM 0.32: SIGKILL of EngineCore, then ``generate`` never
-        returned), so a dead engine must be noticed here. The abandoned thread is a daemon."""
+        processes: vLLM's offline calls into the engine process wait forever when that process is
+        killed (measured with vLLM 0.32: SIGKILL of EngineCore, then ``generate`` and ``remove_lora``
+        never returned), so a dead engine must be noticed here. The abandoned thread is a daemon.
+        An exception of the call is an ``EngineFailure`` naming the engine (and the dead process,
+        if one died), except the ``expected`` ones, raised as they are."""
         box: dict = {}
 
         def run():
@@ -319,15 +322,22 @@ class VLLMEngine(GenerationEngine):
             except BaseException as e:  # handed to the caller's thread
                 box["error"] = e
 
-        worker = threading.Thread(target=run, name="vllm-generate", daemon=True)
+        worker = threading.Thread(target=run, name="vllm-call", daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(WATCH_SECONDS)
             if worker.is_alive():
                 self.check_alive()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+        error = box.get("error")
+        if error is None:
+            return box["value"]
+        if isinstance(error, (EngineFailure, *expected)):
+            raise error
+        for _ in range(10):  # vLLM saw its process die: name it, once the exit is visible here
+            self.check_alive()
+            time.sleep(0.1)
+        what = getattr(call, "__name__", "call")
+        raise EngineFailure(f"{self.name}: {what} failed: {type(error).__name__}: {_first_line(error)}") from error
 
     @staticmethod
     def _check_free_memory(utilization: float) -> None:
@@ -353,8 +363,9 @@ class VLLMEngine(GenerationEngine):
     def _unload(self, adapter: PublishedAdapter) -> None:
         """Drop a retired version from the engine's LoRA cache and delete its files."""
         if self._llm is not None:
-            try:
-                self._llm.llm_engine.remove_lora(adapter.lora_int_id)
+            try:  # a call into the engine process: watched like generate (it waits forever on a dead one)
+                self._watched(self._llm.llm_engine.remove_lora, adapter.lora_int_id,
+                              expected=(KeyError, ValueError, AttributeError))
             except (KeyError, ValueError, AttributeError):
                 pass  # never loaded (no request used it) or already evicted by vLLM's LRU cache
         self.registry.delete_files(adapter)
@@ -372,13 +383,13 @@ class VLLMEngine(GenerationEngine):
     def sleep(self) -> None:
         """Free the engine's GPU memory for training (only with policy.vllm.sleep_between_phases)."""
         if self.config.vllm.sleep_between_phases and self._llm is not None and not self._asleep:
-            self._llm.sleep(level=1)
+            self._watched(self._llm.sleep, level=1)
             self._asleep = True
 
     def _wake(self) -> None:
         if self._asleep:
             torch.cuda.empty_cache()  # give back the trainer's cached blocks before vLLM re-allocates
-            self._llm.wake_up()
+            self._watched(self._llm.wake_up)
             self._asleep = False
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
@@ -404,15 +415,9 @@ class VLLMEngine(GenerationEngine):
             base = self._base_adapter()
             routes = [base if p is None else p for p in routes]
         loras = [None if p is None else LoRARequest(p.lora_name, p.lora_int_id, str(p.path)) for p in routes]
-        try:
-            self._wake()
-            outputs = self._watched(llm.generate, [TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                    sampling_params=params, lora_request=loras, use_tqdm=False)
-        except EngineFailure:
-            raise
-        except Exception as e:
-            self.check_alive()  # a dead process is the better explanation
-            raise EngineFailure(f"{self.name}: generate failed: {type(e).__name__}: {_first_line(e)}") from e
+        self._wake()
+        outputs = self._watched(llm.generate, [TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                sampling_params=params, lora_request=loras, use_tqdm=False)
         results = []
         for prompt, out in zip(prompts, outputs):
             comps = []
