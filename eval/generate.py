@@ -191,10 +191,14 @@ def generate_shard(
             results = backend.generate(requests, sampling)
             per_file: dict[str, list[dict]] = {}
             for (a, i), prompt, res in zip(chunk, prompts, results):
-                c = res.completions[0]
+                if res.completions:
+                    text, finish, tokens = res.completions[0].text, res.completions[0].finish_reason, \
+                        len(res.completions[0].token_ids)
+                else:  # refused on its own (a prompt over policy.max_prompt_tokens): scored as no answer
+                    text, finish, tokens = "", f"refused:{res.refused}", 0
                 per_file.setdefault(a, []).append({
-                    "adapter": a, "benchmark": bench, "item_id": i, "prompt": prompt, "completion": c.text,
-                    "finish_reason": c.finish_reason, "completion_tokens": len(c.token_ids),
+                    "adapter": a, "benchmark": bench, "item_id": i, "prompt": prompt, "completion": text,
+                    "finish_reason": finish, "completion_tokens": tokens,
                     "template": template, "max_new_tokens": sampling.max_new_tokens, "stop": list(sampling.stop),
                     "shard": f"{index}/{count}",
                 })

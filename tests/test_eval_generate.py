@@ -81,6 +81,24 @@ def test_mixed_adapter_batches_and_base_as_none(tmp_path):
     assert load_merged(tmp_path, "base", "aime24")["a0"]["completion"].startswith("None|")
 
 
+def test_a_refused_request_is_recorded_as_no_answer_not_a_crash(tmp_path):
+    """A prompt over policy.max_prompt_tokens gets no completion (GenerationResult.refused): the item
+    is stored with an empty completion and the reason, so it scores as wrong and is not generated again."""
+
+    class Refusing(ScriptedBackend):
+        def generate(self, requests, sampling):
+            out = super().generate(requests, sampling)
+            return [GenerationResult([1] * 9, [], refused="prompt_too_long:9") if "question 3" in r.prompt else o
+                    for r, o in zip(requests, out)]
+
+    _gen(tmp_path, Refusing())
+    merge(tmp_path)
+    rec = load_merged(tmp_path, "r__t0", "gsm8k")["3"]
+    assert rec["completion"] == "" and rec["finish_reason"] == "refused:prompt_too_long:9"
+    assert rec["completion_tokens"] == 0
+    assert load_merged(tmp_path, "r__t0", "gsm8k")["2"]["completion"].startswith("r__t0|")
+
+
 def test_resume_skips_done_items_and_drops_truncated_line(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         _gen(tmp_path, ScriptedBackend(fail_after=2), chunk_size=4)

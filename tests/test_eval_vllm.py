@@ -9,8 +9,10 @@ request served with the wrong adapter (vLLM 0.32's CPU LoRA ops gave base rows t
 adapter) or with a wrong LoRA scale would show up as a different text. The test asserts that strength
 first, otherwise equal texts would prove nothing.
 
-On vLLM's CPU build the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: it starts
-faster); about 60 s on 2 cores. With a CUDA build of vLLM both engines run float32 on the GPU.
+Each `populora eval` runs in a subprocess, as a user runs it (vLLM run inside the pytest process
+changes process-wide state: environment, ``torch.set_num_threads``, registered torch ops, and then
+failed to start after other tests had run there). On vLLM's CPU build its engine runs inside that
+subprocess (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: it starts faster); about 60 s on 2 cores. With a CUDA build of vLLM both engines run float32 on the GPU.
 Skipped only when vLLM is not installed, and then not with ``POPULORA_REQUIRE_VLLM=1`` (a missing vLLM
 fails the test there). Needs the benchmark files, as the other end-to-end evaluation tests.
 """
@@ -19,13 +21,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from itertools import combinations
 from pathlib import Path
 
 import pytest
 from test_eval_e2e import DATA, _budgets, needs_data  # tests/ is on sys.path (as for conftest)
-
-from populora.cli import main
 
 MODEL = "smollm2-135m"
 BENCHES = ("humaneval_plus", "gsm8k")  # one code and one math benchmark
@@ -45,22 +47,6 @@ def require_vllm() -> None:
             pytest.fail(f"POPULORA_REQUIRE_VLLM=1 but vLLM cannot be imported ({e}); run `make setup-vllm`")
     else:
         pytest.importorskip("vllm", reason="vLLM is not installed (`make setup-vllm` installs its CPU build)")
-
-
-@pytest.fixture
-def restored_process_state():
-    """vLLM run in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) sets a dozen environment variables
-    of its own (LD_PRELOAD of its libgomp, VLLM_WORKER_MULTIPROC_METHOD, TORCHINDUCTOR_*, ...) and its
-    CPU worker replaces ``torch.set_num_threads`` by a function that only logs a warning; the HF engine
-    sets torch's thread count. Put all three back so that later tests in this process do not inherit them."""
-    import torch
-
-    env, threads, set_num_threads = dict(os.environ), torch.get_num_threads(), torch.set_num_threads
-    yield
-    os.environ.clear()
-    os.environ.update(env)
-    torch.set_num_threads = set_num_threads
-    torch.set_num_threads(threads)
 
 
 def strong_runs(root: Path) -> list[Path]:
@@ -96,16 +82,18 @@ def verdicts(workdir: Path) -> dict[str, list[dict]]:
 
 @needs_data
 @pytest.mark.slow
-def test_vllm_backend_generates_what_the_hf_backend_generates(tmp_path, monkeypatch, restored_process_state):
+def test_vllm_backend_generates_what_the_hf_backend_generates(tmp_path):
     require_vllm()
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: starts faster
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the engine in the eval's process: starts faster
     runs = strong_runs(tmp_path / "runs")
     budgets = [a for a in _budgets(NEW_TOKENS) if a.split("=")[1] in BENCHES]
-    common = ["eval", "--runs", *map(str, runs), "--benchmarks", ",".join(BENCHES), "--limit", str(LIMIT),
+    common = [sys.executable, "-m", "populora.cli", "eval", "--runs", *map(str, runs), "--benchmarks", ",".join(BENCHES), "--limit", str(LIMIT),
               "--model", MODEL, "--dtype", "float32", "--data-dir", str(DATA), "--cache-dir", str(tmp_path / "cache"),
               "--policy", "vllm.enforce_eager=true", "--policy", f"vllm.adapter_dir={tmp_path / 'lora'}", *budgets]
     for backend in ("hf", "vllm"):
-        assert main([*common, "--backend", backend, "--workdir", str(tmp_path / backend)]) == 0, backend
+        done = subprocess.run([*common, "--backend", backend, "--workdir", str(tmp_path / backend)], env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"{backend}: {done.stderr[-3000:]}"
     hf, vl = generations(tmp_path / "hf"), generations(tmp_path / "vllm")
     keys = {"base", "pop__t0", "pop__s0", "single__b0"}
     assert set(hf) == set(vl) == keys

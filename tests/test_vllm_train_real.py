@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procutil import descendants
+from procutil import descendants, running
 
 from populora.checkpoint import find_latest
 
@@ -47,14 +47,6 @@ def _name(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _parent(pid: int) -> int:
@@ -121,7 +113,7 @@ def test_one_rank_runs_to_the_end_and_its_engine_and_sandbox_ignore_slurms_preem
         except ProcessLookupError:
             pass
     time.sleep(2)
-    assert all(_alive(p) for p in engine + servers), "a process the trainer started died of SIGUSR2"
+    assert all(running(p) for p in engine + servers), "a process the trainer started died of SIGUSR2"
     assert _finish(proc, 900) == 0, (tmp_path / "stderr").read_text()[-3000:]
     summary = _summary(rd)
     assert summary["status"] == "finished" and summary["steps_done"] == STEPS
@@ -129,7 +121,7 @@ def test_one_rank_runs_to_the_end_and_its_engine_and_sandbox_ignore_slurms_preem
     assert any(e.get("event") == "replacement" for e in lineage)  # evolution ran
     assert (tmp_path / "vllm-cache" / "rank-0").is_dir()  # the rank's own vLLM cache
     time.sleep(1)
-    assert not [p for p in helpers if _alive(p)], "processes left behind"
+    assert not [p for p in helpers if running(p)], "processes left behind"
 
 
 def test_killing_one_ranks_engine_stops_every_rank_and_resume_finishes_the_run(tmp_path):

@@ -73,6 +73,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from eval.generate import ShardError, parse_shard
     from eval.pipeline import evaluate_runs, load_benchmarks
     from eval.settings import EvalSettings
+    from populora.policy.engine import EngineFailure
 
     try:
         benches = resolve_benchmarks(args.benchmarks)
@@ -104,6 +105,10 @@ def run_eval(args: argparse.Namespace) -> int:
     except (BenchmarkDataError, ShardError, FileNotFoundError, ValueError) as e:  # PolicyConfigError too
         print(f"populora eval: {e}", file=sys.stderr)
         return 2
+    except EngineFailure as e:  # what was generated is kept: the same command continues where it stopped
+        print(f"populora eval: {e}; the completions generated so far are kept: run the same command again "
+              f"to continue", file=sys.stderr)
+        return 1
     return 0
 
 

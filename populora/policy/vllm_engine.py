@@ -70,6 +70,7 @@ from populora.policy.base import Completion, GenerationRequest, GenerationResult
 from populora.policy.config import PolicyConfig
 from populora.policy.engine import EngineContext, EngineFailure, GenerationEngine, register_engine
 from populora.policy.lora_registry import LoraRegistry, PublishedAdapter, sampling_seeds
+from populora.processes import descendants, running
 from populora.signals import children_immune
 
 INSTALL_HINT = "pip install 'populora[vllm]' on a CUDA machine, or `make setup-vllm` for vLLM's CPU build"
@@ -289,7 +290,7 @@ class VLLMEngine(GenerationEngine):
                 self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {_first_line(e)}")
                 raise self._start_failure from e
             self._processes = [p for p in multiprocessing.active_children() if p not in before]
-            self._workers = {pid: name for p in self._processes for pid, name in _descendants(p.pid).items()}
+            self._workers = {pid: name for p in self._processes for pid, name in descendants(p.pid).items()}
         return self._llm
 
     def process_ids(self) -> list[int]:
@@ -304,7 +305,7 @@ class VLLMEngine(GenerationEngine):
                 raise EngineFailure(f"{self.name}: its process {p.name} (pid {p.pid}) died "
                                     f"({_describe_exit(p.exitcode)})")
         for pid, name in self._workers.items():
-            if not _running(pid):
+            if not running(pid):
                 raise EngineFailure(f"{self.name}: its worker process {name} (pid {pid}) died")
 
     def _watched(self, call, *args, expected: tuple[type[BaseException], ...] = (), **kwargs):
@@ -440,7 +441,7 @@ class VLLMEngine(GenerationEngine):
             if p.exitcode is None:
                 p.kill()
         for pid in self._workers:
-            if _running(pid):
+            if running(pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         self._processes, self._workers = [], {}
@@ -451,34 +452,6 @@ class VLLMEngine(GenerationEngine):
 def _shutdown(llm) -> None:
     with contextlib.suppress(Exception):  # a dead engine has nothing left to shut down
         llm.llm_engine.engine_core.shutdown()
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """Live processes below ``pid`` and their names, from /proc."""
-    parent, names = {}, {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    head, tail = f.read().rsplit(")", 1)
-            except OSError:
-                continue
-            parent[int(entry)] = int(tail.split()[1])
-            names[int(entry)] = head.split("(", 1)[1]
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier} - found
-        found |= frontier
-    return {p: names[p] for p in found}
-
-
-def _running(pid: int) -> bool:
-    """The process exists and is not a zombie (dead, not yet reaped by its parent)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _first_line(e: BaseException) -> str:
