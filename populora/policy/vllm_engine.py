@@ -290,7 +290,10 @@ class VLLMEngine(GenerationEngine):
                 self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {_first_line(e)}")
                 raise self._start_failure from e
             self._processes = [p for p in multiprocessing.active_children() if p not in before]
-            self._workers = {pid: name for p in self._processes for pid, name in descendants(p.pid).items()}
+            # vLLM names its processes VLLM::<role>; other descendants (e.g. torch.compile's worker pool)
+            # may come and go on their own and are not watched
+            self._workers = {pid: name for p in self._processes for pid, name in descendants(p.pid).items()
+                             if name.startswith("VLLM::")}
         return self._llm
 
     def process_ids(self) -> list[int]:
