@@ -56,10 +56,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -69,15 +67,13 @@ from populora.policy.adapters import AdapterWeights
 from populora.policy.base import Completion, GenerationRequest, GenerationResult, SamplingParams
 from populora.policy.config import PolicyConfig
 from populora.policy.engine import EngineContext, EngineFailure, GenerationEngine, register_engine
+from populora.policy.engine_watch import SHUTDOWN_SECONDS, EngineWatch, first_line
 from populora.policy.lora_registry import LoraRegistry, PublishedAdapter, sampling_seeds
-from populora.processes import descendants, running
 from populora.signals import children_immune
 
 INSTALL_HINT = "pip install 'populora[vllm]' on a CUDA machine, or `make setup-vllm` for vLLM's CPU build"
 DEFAULT_NEW_TOKENS = 4096  # for max_model_len when nothing says how long completions may be
 FINISH_REASONS = {"stop": "stop", "length": "length"}  # anything else ("abort", None) is "abort"
-WATCH_SECONDS = 1.0  # how often a waiting generate checks that the engine's processes live (ours)
-SHUTDOWN_SECONDS = 10.0  # how long close() waits for vLLM's shutdown before killing what is left
 BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on CPU (module docstring)
 # variables that vLLM's CPU platform overwrites in the calling process for the processes it starts
 # (platforms/cpu.py: LOCAL_WORLD_SIZE = its tensor-parallel size, LD_PRELOAD = its allocator and
@@ -223,17 +219,6 @@ def _engine_start(env: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = value
 
 
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
 @register_engine("vllm")
 class VLLMEngine(GenerationEngine):
     """vLLM multi-LoRA generation; see the module docstring."""
@@ -254,8 +239,7 @@ class VLLMEngine(GenerationEngine):
         self.base_via_zero_adapter = self.platform == "cpu"  # the CPU base-row bug (module docstring)
         self._llm = None  # created at the first generate, when the population size is known
         self._start_failure: EngineFailure | None = None  # raised again: a second start would fail too
-        self._processes: list = []  # the engine's processes (multiprocessing children it started)
-        self._workers: dict[int, str] = {}  # their children at start (vLLM's workers): pid -> name
+        self.watch = EngineWatch(self.name)  # its processes; calls into it that notice a dead one
         self._asleep = False
 
     @property
@@ -280,68 +264,20 @@ class VLLMEngine(GenerationEngine):
             if self.platform == "cuda":
                 self._check_free_memory(kwargs["gpu_memory_utilization"])
             env = engine_environment(self.context, self.platform, os.environ, sorted(os.sched_getaffinity(0)))
-            import multiprocessing
-
-            before = set(multiprocessing.active_children())
             try:
-                with _engine_start(env):
+                with _engine_start(env), self.watch.starting():
                     self._llm = vllm.LLM(**kwargs)
             except Exception as e:
-                self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {_first_line(e)}")
+                self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {first_line(e)}")
                 raise self._start_failure from e
-            self._processes = [p for p in multiprocessing.active_children() if p not in before]
-            # vLLM names its processes VLLM::<role>; other descendants (e.g. torch.compile's worker pool)
-            # may come and go on their own and are not watched
-            self._workers = {pid: name for p in self._processes for pid, name in descendants(p.pid).items()
-                             if name.startswith("VLLM::")}
         return self._llm
 
     def process_ids(self) -> list[int]:
         """Pids of the processes the engine started (empty when it runs in this process)."""
-        return [p.pid for p in self._processes]
+        return [p.pid for p in self.watch.processes]
 
     def check_alive(self) -> None:
-        """An ``EngineFailure`` naming the process when one of the engine's processes has ended:
-        the ones it started itself (exit status known) and theirs (vLLM's workers), seen in /proc."""
-        for p in self._processes:
-            if p.exitcode is not None:  # polls the child (os.waitpid with WNOHANG)
-                raise EngineFailure(f"{self.name}: its process {p.name} (pid {p.pid}) died "
-                                    f"({_describe_exit(p.exitcode)})")
-        for pid, name in self._workers.items():
-            if not running(pid):
-                raise EngineFailure(f"{self.name}: its worker process {name} (pid {pid}) died")
-
-    def _watched(self, call, *args, expected: tuple[type[BaseException], ...] = (), **kwargs):
-        """``call(*args, **kwargs)`` in a helper thread while this thread watches the engine's
-        processes: vLLM's offline calls into the engine process wait forever when that process is
-        killed (measured with vLLM 0.32: SIGKILL of EngineCore, then ``generate`` and ``remove_lora``
-        never returned), so a dead engine must be noticed here. The abandoned thread is a daemon.
-        An exception of the call is an ``EngineFailure`` naming the engine (and the dead process,
-        if one died), except the ``expected`` ones, raised as they are."""
-        box: dict = {}
-
-        def run():
-            try:
-                box["value"] = call(*args, **kwargs)
-            except BaseException as e:  # handed to the caller's thread
-                box["error"] = e
-
-        worker = threading.Thread(target=run, name="vllm-call", daemon=True)
-        worker.start()
-        while worker.is_alive():
-            worker.join(WATCH_SECONDS)
-            if worker.is_alive():
-                self.check_alive()
-        error = box.get("error")
-        if error is None:
-            return box["value"]
-        if isinstance(error, (EngineFailure, *expected)):
-            raise error
-        for _ in range(10):  # vLLM saw its process die: name it, once the exit is visible here
-            self.check_alive()
-            time.sleep(0.1)
-        what = getattr(call, "__name__", "call")
-        raise EngineFailure(f"{self.name}: {what} failed: {type(error).__name__}: {_first_line(error)}") from error
+        self.watch.check()
 
     @staticmethod
     def _check_free_memory(utilization: float) -> None:
@@ -368,7 +304,7 @@ class VLLMEngine(GenerationEngine):
         """Drop a retired version from the engine's LoRA cache and delete its files."""
         if self._llm is not None:
             try:  # a call into the engine process: watched like generate (it waits forever on a dead one)
-                self._watched(self._llm.llm_engine.remove_lora, adapter.lora_int_id,
+                self.watch.call(self._llm.llm_engine.remove_lora, adapter.lora_int_id,
                               expected=(KeyError, ValueError, AttributeError))
             except (KeyError, ValueError, AttributeError):
                 pass  # never loaded (no request used it) or already evicted by vLLM's LRU cache
@@ -387,13 +323,13 @@ class VLLMEngine(GenerationEngine):
     def sleep(self) -> None:
         """Free the engine's GPU memory for training (only with policy.vllm.sleep_between_phases)."""
         if self.config.vllm.sleep_between_phases and self._llm is not None and not self._asleep:
-            self._watched(self._llm.sleep, level=1)
+            self.watch.call(self._llm.sleep, level=1)
             self._asleep = True
 
     def _wake(self) -> None:
         if self._asleep:
             torch.cuda.empty_cache()  # give back the trainer's cached blocks before vLLM re-allocates
-            self._watched(self._llm.wake_up)
+            self.watch.call(self._llm.wake_up)
             self._asleep = False
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
@@ -420,7 +356,7 @@ class VLLMEngine(GenerationEngine):
             routes = [base if p is None else p for p in routes]
         loras = [None if p is None else LoRARequest(p.lora_name, p.lora_int_id, str(p.path)) for p in routes]
         self._wake()
-        outputs = self._watched(llm.generate, [TokensPrompt(prompt_token_ids=p) for p in prompts],
+        outputs = self.watch.call(llm.generate, [TokensPrompt(prompt_token_ids=p) for p in prompts],
                                 sampling_params=params, lora_request=loras, use_tqdm=False)
         results = []
         for prompt, out in zip(prompts, outputs):
@@ -439,15 +375,7 @@ class VLLMEngine(GenerationEngine):
             done.start()
             done.join(SHUTDOWN_SECONDS)
         del llm
-        for p in self._processes:
-            p.join(timeout=SHUTDOWN_SECONDS)
-            if p.exitcode is None:
-                p.kill()
-        for pid in self._workers:
-            if running(pid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-        self._processes, self._workers = [], {}
+        self.watch.stop()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
@@ -455,8 +383,3 @@ class VLLMEngine(GenerationEngine):
 def _shutdown(llm) -> None:
     with contextlib.suppress(Exception):  # a dead engine has nothing left to shut down
         llm.llm_engine.engine_core.shutdown()
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:300] if text else "(no message)"
