@@ -64,13 +64,21 @@ def launch_local_ranks(nproc: int, argv: list[str]) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from populora.checkpoint import CheckpointError
     from populora.config import ConfigError
-    from populora.distributed.env import rank_env
+    from populora.distributed.env import LauncherError, narrow_visible_devices, rank_env
     from populora.jsonl import JsonlError
     from populora.policy.engine import EngineFailure
     from populora.selfplay.runner import train
 
     if not args.resume and not args.config:
         print("populora train: give --config PRESET.yaml (or --resume RUN_DIR)", file=sys.stderr)
+        return 2
+    # once, before any engine starts (vLLM's CPU platform rewrites LOCAL_WORLD_SIZE); and one GPU per
+    # rank before anything (the memory check included) initialises CUDA. The --nproc parent is world 1.
+    try:
+        env = rank_env()
+        narrow_visible_devices(env)
+    except LauncherError as e:
+        print(f"populora train: {e}", file=sys.stderr)
         return 2
     if not args.no_memory_check and (refusal := memory_refusal(args)) is not None:
         print(refusal, file=sys.stderr)
@@ -80,7 +88,6 @@ def cmd_train(args: argparse.Namespace) -> int:
                 *(["--resume", args.resume] if args.resume else []), *(["--quiet"] if args.quiet else []),
                 *args.overrides]
         return launch_local_ranks(args.nproc, argv)
-    env = rank_env()  # once, before any engine starts (vLLM's CPU platform rewrites LOCAL_WORLD_SIZE)
     try:
         summary = train(args.config, args.overrides, run_dir=args.resume or args.run_dir, resume=bool(args.resume),
                         progress=not args.quiet, env=env)
@@ -238,9 +245,29 @@ def print_summary(rd: Path) -> None:
         child = e["member"] if isinstance(e.get("member"), dict) else {}
         con.print(f"  step {e.get('step')}: {e.get('replaced')} -> {child.get('id')} by {child.get('operator')} "
                   f"from {child.get('parents')}")
+    ranks = read_json_list(rd / "ranks.json")
+    for r in ranks:
+        con.print(f"rank {r.get('rank')} (local {r.get('local_rank')}) on {r.get('host')}: device {r.get('device')}, "
+                  f"CUDA_VISIBLE_DEVICES={r.get('visible_devices') if r.get('visible_devices') is not None else 'unset'}",
+                  markup=False, highlight=False)
     ckpts = list_checkpoints(rd / "checkpoints")
     con.print(f"files: metrics {rd / 'metrics.jsonl'}; checkpoints {[p.name for _, p in ckpts]}; "
               f"final adapters {rd / 'adapters'}; examples {rd / 'examples.jsonl'}")
+
+
+def read_json_list(path: Path) -> list[dict]:
+    """A JSON list of objects (``ranks.json``); empty when the file is missing, a ValueError naming it when damaged."""
+    import json
+
+    try:
+        rows = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a JSON list ({e})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path}: not a JSON list of objects")
+    return rows
 
 
 def _count(v) -> int | float:

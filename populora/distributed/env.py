@@ -11,6 +11,10 @@ Three standard launchers, one convention (torch's ``env://``: ``RANK``, ``WORLD_
   the first host of the job and ``MASTER_PORT`` from the job id).
 
 No variables (or a world of one) is the single-process run: the same code with ``LocalComm``.
+
+One GPU per rank, whatever the launcher: before anything initialises CUDA, a rank that sees several
+GPUs narrows ``CUDA_VISIBLE_DEVICES`` to its own (``narrow_visible_devices``), so the trainer and
+every process it starts (vLLM's engine) see exactly one GPU, ``cuda:0``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import datetime
 import os
 import random
+import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from populora.distributed.comm import Comm, LocalComm, TorchComm
@@ -81,6 +87,115 @@ def export_slurm_rendezvous(env: RankEnv) -> None:
     os.environ.setdefault("MASTER_PORT", str(random.Random(os.environ.get("SLURM_JOB_ID", "0")).randint(20000, 60000)))
 
 
+def _entries(value: str) -> list[str]:
+    return [e.strip() for e in value.split(",") if e.strip()]
+
+
+def narrowed_visible_devices(env: RankEnv, environ: Mapping[str, str], device_count: int | None) -> str | None:
+    """The value ``CUDA_VISIBLE_DEVICES`` should take for this rank, or ``None`` to leave it as it is.
+
+    - one rank (world 1): ``None``, the process keeps whatever it sees;
+    - ``CUDA_VISIBLE_DEVICES`` lists several entries (indices or ``GPU-...`` UUIDs; torchrun, ``--nproc``,
+      plain ``srun``): entry ``local_rank``;
+    - it lists one entry (``srun --gpus-per-task=1``, submitit's ``set_cuda_visible_devices``) or none
+      (``""``: no GPU): ``None``;
+    - unset and Slurm lists the step's or job's GPUs (``SLURM_STEP_GPUS``, else ``SLURM_JOB_GPUS``:
+      node-level indices): when the machine shows exactly that many devices they are the job's own,
+      renumbered from 0 by a device cgroup, so ``str(local_rank)`` (``None`` for one); otherwise
+      (more shown, or the count unknown) Slurm's own entry ``local_rank`` (the only one, if one);
+    - unset and ``device_count`` (GPUs on the machine, counted without CUDA: ``visible_device_count``)
+      is more than one: ``str(local_rank)``.
+
+    A local rank beyond the listed devices is a ``LauncherError`` naming the variables.
+    """
+    if env.world == 1:
+        return None
+    where = "CUDA_VISIBLE_DEVICES"
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        key = next((k for k in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS") if _entries(environ.get(k, ""))), None)
+        if key is not None:
+            slurm = _entries(environ[key])
+            if device_count == len(slurm):  # a device cgroup shows only these, renumbered from 0
+                if len(slurm) == 1:
+                    return None
+                slurm = [str(i) for i in range(len(slurm))]
+            where, entries = f"{key} (CUDA_VISIBLE_DEVICES unset)", slurm
+            if len(entries) == 1:
+                return entries[0]
+        else:
+            if not device_count or device_count < 2:
+                return None
+            where = f"the {device_count} GPUs of this machine (CUDA_VISIBLE_DEVICES unset)"
+            entries = [str(i) for i in range(device_count)]
+    else:
+        entries = _entries(listed)
+        if len(entries) <= 1:
+            return None
+    if env.local_rank >= len(entries):
+        local = "SLURM_LOCALID" if env.launcher == "slurm" else "LOCAL_RANK"
+        raise LauncherError(f"local rank {env.local_rank} ({local}) has no GPU of its own: {where} "
+                            f"lists {len(entries)} device(s) ({','.join(entries)}); start at most one rank per GPU")
+    return entries[env.local_rank]
+
+
+def visible_device_count() -> int | None:
+    """GPUs this machine shows, counted without initialising CUDA: ``nvidia-smi -L`` (which honours a
+    device cgroup), else the entries of ``/proc/driver/nvidia/gpus``; ``None`` when neither answers."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0:
+            return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return None
+
+
+def narrow_visible_devices(env: RankEnv) -> str | None:
+    """Apply ``narrowed_visible_devices`` to this process (before CUDA is initialised); return the
+    ``CUDA_VISIBLE_DEVICES`` the rank ends with (``None``: unset). Idempotent: a narrowed rank sees one."""
+    if env.world > 1:
+        count = None if "CUDA_VISIBLE_DEVICES" in os.environ else visible_device_count()
+        value = narrowed_visible_devices(env, os.environ, count)
+        if value is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = value
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def local_cuda_index(local_rank: int, device_count: int) -> int:
+    """This rank's CUDA device: 0 when it sees one GPU (narrowed), else its local rank among those seen."""
+    return 0 if device_count <= 1 else local_rank % device_count
+
+
+def available_cpus() -> int:
+    """The cores this process may run on (its affinity: Slurm's allocation, ``taskset``), not the machine's."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS)
+        return os.cpu_count() or 1
+
+
+def rank_cpu_budget(cpus: int, local_world: int, environ: Mapping[str, str]) -> int:
+    """Cores for one rank's CPU work (sandbox workers), out of the ``cpus`` this process may use.
+
+    Ranks started by one launcher on a node (torchrun, ``--nproc``) share the process's cores: each
+    gets ``cpus // local_world``. Ranks started as Slurm tasks (``srun``: ``SLURM_STEP_ID`` and
+    several ``SLURM_NTASKS``) already hold their own cores: each gets ``cpus``, at most
+    ``SLURM_CPUS_PER_TASK``.
+    """
+    try:
+        tasks = int(environ.get("SLURM_NTASKS", "1"))
+        per_task = int(environ.get("SLURM_CPUS_PER_TASK", "0"))
+    except ValueError:
+        tasks, per_task = 1, 0
+    if "SLURM_STEP_ID" in environ and tasks > 1 and per_task > 0:
+        return max(1, min(cpus, per_task))
+    return max(1, cpus // max(1, local_world))
+
+
 def init_comm(device: str = "cpu", timeout_s: float = 1800.0, env: RankEnv | None = None) -> Comm:
     """The communicator of this process: ``LocalComm`` for one rank, else the torch process group
     (gloo on CPU, NCCL on CUDA) with ``timeout_s`` for every collective."""
@@ -94,8 +209,8 @@ def init_comm(device: str = "cpu", timeout_s: float = 1800.0, env: RankEnv | Non
     if str(device).startswith("cuda"):
         import torch
 
-        # one GPU per rank: Slurm may already show each task only its own GPU
-        torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
+        # one GPU per rank: narrow_visible_devices (or Slurm, or submitit) shows each rank its own GPU
+        torch.cuda.set_device(local_cuda_index(env.local_rank, torch.cuda.device_count()))
         device = f"cuda:{torch.cuda.current_device()}"
         backend = "cpu:gloo,cuda:nccl"  # records go over gloo, gradients and weights over NCCL
     else:

@@ -168,7 +168,7 @@ class Sandbox:
         self._seccomp = (
             {"unavailable": "left out (without=)"} if "seccomp" in without else seccomp.filter_for_servers()
         )
-        self.workers = max(1, int(workers or self.limits.workers or os.cpu_count() or 1))
+        self.workers = max(1, int(workers or self.limits.workers or len(os.sched_getaffinity(0))))  # the job's cores
         self.isolation = isolation
         self.hash_seed = int(hash_seed)
         self.scratch = Path(tempfile.mkdtemp(prefix="populora-sandbox-", dir=scratch_dir))

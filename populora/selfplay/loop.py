@@ -51,6 +51,7 @@ from populora.config import Config
 from populora.diagnostics.complexity import complexity_metrics
 from populora.distributed import placement as place
 from populora.distributed.comm import Comm, LocalComm
+from populora.distributed.env import available_cpus, local_cuda_index, rank_cpu_budget
 from populora.policy import make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
@@ -93,8 +94,8 @@ class SelfPlay:
             code_f_shown=cfg.tasks.code_f_shown,
         )
         # the run's sandbox section, with the task environment's output limit; each rank's sandbox pool
-        # gets its share of the node's cores
-        workers = cfg.sandbox.workers or max(1, (os.cpu_count() or 1) // self.comm.local_world)
+        # gets its share of the cores the job was given (affinity, not the machine's count)
+        workers = cfg.sandbox.workers or rank_cpu_budget(available_cpus(), self.comm.local_world, os.environ)
         limits = dataclasses.replace(cfg.sandbox, max_output_chars=cfg.tasks.max_output_chars, workers=workers)
         self.sandbox = Sandbox(limits=limits, workers=workers)
         longest = max(cfg.selfplay.teacher_sampling.max_new_tokens, cfg.selfplay.student_sampling.max_new_tokens)
@@ -506,8 +507,8 @@ def rank_policy(policy, comm: Comm):
 
     if policy.device == "auto" and not torch.cuda.is_available():
         return policy
-    n = torch.cuda.device_count()
-    return policy.replace(device=f"cuda:{comm.local_rank % n}" if n > 1 else "cuda:0")
+    # one visible GPU (narrow_visible_devices) is this rank's: cuda:0; several (not narrowed): its local rank's
+    return policy.replace(device=f"cuda:{local_cuda_index(comm.local_rank, torch.cuda.device_count())}")
 
 
 def initial_members(cfg: Config) -> list[Member]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -125,10 +126,11 @@ def train(
     An ``EngineFailure`` ends the run on every rank: summary.json says ``failed: <cause>``, the last
     checkpoint is left as it was, and the error is raised to the caller.
     """
-    from populora.distributed.env import init_comm, rank_env
+    from populora.distributed.env import init_comm, narrow_visible_devices, rank_env
     from populora.selfplay.loop import SelfPlay  # heavy imports (torch, transformers) only here
 
     env = env or rank_env()
+    narrow_visible_devices(env)  # one GPU per rank, before CUDA starts (a no-op when already narrowed)
     comm = init_comm(_comm_device(config_file, list(overrides), run_dir, resume),
                      _peek_timeout(config_file, list(overrides), run_dir, resume), env)
     try:
@@ -161,6 +163,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
     sp = SelfPlay(cfg, rd, comm)
     status = "finished"
     try:
+        _record_ranks(rd, comm, sp)
         if ckpt:
             sp.restore(ckpt)
         else:
@@ -214,6 +217,23 @@ def _write_summary(path: Path, summary: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
     os.replace(tmp, path)
+
+
+def rank_placement(comm, device) -> dict:
+    """Where this rank runs: its host, ranks, the ``CUDA_VISIBLE_DEVICES`` it ended with and its device."""
+    return {"host": socket.gethostname(), "rank": comm.rank, "local_rank": comm.local_rank,
+            "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": str(device)}
+
+
+def _record_ranks(rd: Path, comm, sp) -> None:
+    """``RUN_DIR/ranks.json``: every rank's placement (a collective), written by rank 0."""
+    backend = sp.backend
+    device = getattr(backend, "device", None) or getattr(getattr(backend, "trainer", None), "device", None)
+    ranks = comm.gather(rank_placement(comm, device if device is not None else sp.cfg.policy.device))
+    if comm.is_main:
+        tmp = rd / "ranks.json.tmp"
+        tmp.write_text(json.dumps(ranks, indent=2))
+        os.replace(tmp, rd / "ranks.json")
 
 
 def _has_run(run_dir: str | None) -> bool:
