@@ -10,7 +10,8 @@ default action, and the step that was running loses its engine or its verifier.
 blocked signal mask survives ``fork`` and ``exec``, so the children start with the signals blocked
 (they stay pending there and are never delivered), and a signal sent to the trainer meanwhile stays
 pending until the block is lifted, then reaches its handler: nothing is lost. Processes we write
-ourselves also ignore them outright (``ignore_in_this_process``).
+ourselves also ignore them outright (the sandbox's fork server, ``sandbox/server.py``, which runs
+without this package on its path).
 """
 
 from __future__ import annotations
@@ -31,8 +32,3 @@ def children_immune(signals: tuple[signal.Signals, ...] = PREEMPTION_SIGNALS) ->
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
-
-def ignore_in_this_process(signals: tuple[signal.Signals, ...] = PREEMPTION_SIGNALS) -> None:
-    """For processes of our own started by the trainer: never die of the trainer's signals."""
-    for sig in signals:
-        signal.signal(sig, signal.SIG_IGN)

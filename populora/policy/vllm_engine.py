@@ -276,9 +276,6 @@ class VLLMEngine(GenerationEngine):
         """Pids of the processes the engine started (empty when it runs in this process)."""
         return [p.pid for p in self.watch.processes]
 
-    def check_alive(self) -> None:
-        self.watch.check()
-
     @staticmethod
     def _check_free_memory(utilization: float) -> None:
         """vLLM refuses to start when less than ``utilization`` of the GPU is free; say so first, with
@@ -342,7 +339,7 @@ class VLLMEngine(GenerationEngine):
                 f"max_new_tokens={sampling.max_new_tokens} + policy.max_prompt_tokens={self.config.max_prompt_tokens} "
                 f"exceed the engine's max_model_len={self.max_model_len} (policy.vllm.max_model_len)")
         llm = self.llm
-        self.check_alive()
+        self.watch.check()  # a process that died between calls fails here, before any work
         prompts = [self.trainer.encode(r.prompt) for r in requests]
         indices = [i if r.index is None else r.index for i, r in enumerate(requests)]
         seeds = sampling_seeds(sampling.seed if self.config.vllm.seeded_sampling else None, indices)

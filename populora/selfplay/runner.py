@@ -197,13 +197,13 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
         sp.export_final(rd)
         summary = sp.summary(status)
         if comm.is_main:
-            _write_summary(summary_file, summary)
+            _write_json(summary_file, summary)
         comm.barrier()
         return summary
     except EngineFailure as e:  # raised on every rank together (loop._generate_shared): no collective here
         e.run_dir = str(rd)
         if comm.is_main:
-            _write_summary(summary_file, sp.summary(f"failed: {e}"))
+            _write_json(summary_file, sp.summary(f"failed: {e}"))
         raise
     finally:
         sp.close()
@@ -213,9 +213,10 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
             signal.signal(sig, handler)
 
 
-def _write_summary(path: Path, summary: dict) -> None:
+def _write_json(path: Path, data) -> None:
+    """``data`` as JSON at ``path``, atomically (a reader sees the old file or the new one)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
     os.replace(tmp, path)
 
 
@@ -227,13 +228,9 @@ def rank_placement(comm, device) -> dict:
 
 def _record_ranks(rd: Path, comm, sp) -> None:
     """``RUN_DIR/ranks.json``: every rank's placement (a collective), written by rank 0."""
-    backend = sp.backend
-    device = getattr(backend, "device", None) or getattr(getattr(backend, "trainer", None), "device", None)
-    ranks = comm.gather(rank_placement(comm, device if device is not None else sp.cfg.policy.device))
+    ranks = comm.gather(rank_placement(comm, sp.backend.device))  # the trainer's device (Policy passes it on)
     if comm.is_main:
-        tmp = rd / "ranks.json.tmp"
-        tmp.write_text(json.dumps(ranks, indent=2))
-        os.replace(tmp, rd / "ranks.json")
+        _write_json(rd / "ranks.json", ranks)
 
 
 def _has_run(run_dir: str | None) -> bool:
