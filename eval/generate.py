@@ -116,8 +116,8 @@ def write_or_check_plan(root: Path, plan: dict) -> dict:
         for key in plan:
             if old.get(key) != plan[key]:
                 raise ShardError(
-                    f"{path}: {key!r} differs from this invocation ({old.get(key)!r} vs {plan[key]!r}); "
-                    "use another output directory or the same settings"
+                    f"{path}: {key} differs from this invocation ({plan_difference(old.get(key), plan[key])}); "
+                    "give another --workdir, or the same settings"
                 )
         return old
     root.mkdir(parents=True, exist_ok=True)
@@ -125,6 +125,25 @@ def write_or_check_plan(root: Path, plan: dict) -> dict:
     tmp.write_text(json.dumps(plan, indent=1) + "\n")
     os.replace(tmp, path)
     return plan
+
+
+def plan_difference(old, new, width: int = 80) -> str:
+    """A short account of how a plan value changed: the keys added / removed / changed of a mapping,
+    else both values, each cut to ``width`` characters (a plan holds item lists of any length)."""
+    def cut(v, text: str | None = None) -> str:
+        text = repr(v) if text is None else text
+        return text if len(text) <= width else text[: width - 3] + "..."
+
+    if isinstance(old, dict) and isinstance(new, dict):
+        parts = []
+        for label, keys in (("added", [k for k in new if k not in old]), ("removed", [k for k in old if k not in new]),
+                            ("changed", [k for k in new if k in old and old[k] != new[k]])):
+            if keys:
+                parts.append(f"{label}: {cut(None, ', '.join(map(str, keys)))}")
+        return "; ".join(parts) or "reordered"
+    if isinstance(old, list) and isinstance(new, list):
+        return f"{len(old)} planned, {len(new)} now"
+    return f"planned {cut(old)}, now {cut(new)}"
 
 
 def make_plan(adapters: Sequence[EvalAdapter], items: Mapping[str, Sequence[Item]], *, template: str,

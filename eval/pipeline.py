@@ -201,9 +201,9 @@ def evaluate_runs(run_dirs: Sequence[str | Path], s: EvalSettings, *, workdir: P
         raise ShardError(f"{plan_file}: missing; generate first (--stage generate or all)")
     planned = json.loads(plan_file.read_text())
     if planned["items"] != {b: [it.item_id for it in its] for b, its in items.items()}:
-        raise ShardError(f"{plan_file}: benchmarks or items differ from this invocation (--benchmarks/--limit)")
+        raise ShardError(f"{plan_file}: benchmarks or items differ from this invocation (--benchmarks/--limit); give another --workdir")
     if [a["key"] for a in planned["adapters"]] != [a.key for a in adapters]:
-        raise ShardError(f"{plan_file}: adapters differ from this invocation (--runs/--adapters/--no-base)")
+        raise ShardError(f"{plan_file}: adapters differ from this invocation (--runs/--adapters/--no-base); give another --workdir")
     merge(workdir)
     if stage == "merge":
         return []

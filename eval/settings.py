@@ -51,6 +51,10 @@ class EvalSettings:
     evalplus_gt_time_limit_factor: float = 4.0  # EvalPlus default (x the canonical solution's time)
     cache_dir: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
+            raise ValueError(f"limit must be a whole number >= 1 (None: every item), got {self.limit!r}")
+
     def budgets(self) -> dict[str, int]:
         return {b: int(self.max_new_tokens.get(b, BENCHMARKS[b].max_new_tokens)) for b in self.benchmarks}
 

@@ -50,7 +50,7 @@ def test_validate_file_with_malformed_lines(tmp_path, capsys):
         ],
     )
     out = tmp_path / "out.jsonl"
-    assert run_cli(["validate", str(src), "--out", str(out), "--wall-seconds", "2"]) == 0
+    assert run_cli(["validate", str(src), "--out", str(out), "--wall-seconds", "2"]) == 1  # malformed lines
     rows = read_jsonl(out)
     assert [r["line"] for r in rows] == [1, 2, 3, 5, 6, 7]
     assert rows[0]["valid"] and rows[0]["output"] == "'ababab'" and rows[0]["task"]["type"] == "code_o"
@@ -115,7 +115,7 @@ def test_check_command(tmp_path):
         ],
     )
     out = tmp_path / "checked.jsonl"
-    assert run_cli(["check", str(src), "--out", str(out)]) == 0
+    assert run_cli(["check", str(src), "--out", str(out)]) == 1  # lines 7 and 8 are malformed
     rows = read_jsonl(out)
     assert [r["correct"] for r in rows] == [True, True, False, False, True, False, False, False]
     assert rows[3]["reason"] == "wrong" and rows[5]["reason"] == "format"
@@ -222,3 +222,25 @@ def test_commands_are_registered():
     executor.add_arguments(parser)
     args = parser.parse_args([])
     assert (args.corpus, args.wall_seconds, args.no_serial, args.repeat) == (None, 1.0, False, 1)
+
+
+def test_validate_exits_nonzero_naming_file_and_line_of_a_malformed_line(tmp_path, capsys):
+    good = {"program": "def f(x):\n    return x", "input": "1"}
+    src = write_jsonl(tmp_path / "p.jsonl", [good, "{not json", good])
+    assert run_cli(["validate", str(src), "--out", str(tmp_path / "o.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"{src}: line 2 is malformed (bad_line: invalid JSON" in err
+    assert len(read_jsonl(tmp_path / "o.jsonl")) == 3  # the good lines' results are still written
+
+
+@pytest.mark.parametrize("text", ["", "\n\n"])
+def test_validate_exits_nonzero_on_an_empty_file(tmp_path, capsys, text):
+    src = tmp_path / "empty.jsonl"
+    src.write_text(text)
+    assert run_cli(["validate", str(src), "--out", str(tmp_path / "o.jsonl")]) == 1
+    assert f"{src}: no lines to validate (empty file)" in capsys.readouterr().err
+
+
+def test_validate_exits_zero_when_every_line_reads(tmp_path):
+    src = write_jsonl(tmp_path / "p.jsonl", [{"program": "def f(x):\n    return x", "input": "1"}])
+    assert run_cli(["validate", str(src), "--out", str(tmp_path / "o.jsonl")]) == 0

@@ -69,14 +69,14 @@ def test_a_non_utf8_byte_is_a_bad_line_never_a_replaced_program(tmp_path, capsys
     bad = b'{"program": "def f(x):\\n    return \'\xff\'", "input": "1"}'
     src = write_lines(tmp_path / "in.jsonl", [GOOD, bad, GOOD, b'{"program": "def f(x):\\n    return \'\\ud800\'", "input": "1"}'])
     out = tmp_path / "out.jsonl"
-    assert run_cli(["validate", str(src), "--out", str(out)]) == 0
+    assert run_cli(["validate", str(src), "--out", str(out)]) == 1  # a malformed line
     rows = rows_of(out)
     assert [r["line"] for r in rows] == [1, 2, 3, 4]
     assert rows[0]["valid"] and rows[2]["valid"]
     assert rows[1]["valid"] is False and rows[1]["reason"].startswith("bad_line: not UTF-8 (byte 0xff at byte ")
     assert rows[3]["reason"].startswith("bad_line: a string holds a lone surrogate")
     # check reads the same way
-    assert run_cli(["check", str(write_lines(tmp_path / "c.jsonl", [b'{"answer": "\xfe"}'])), "--out", str(out)]) == 0
+    assert run_cli(["check", str(write_lines(tmp_path / "c.jsonl", [b'{"answer": "\xfe"}'])), "--out", str(out)]) == 1  # a malformed line
     assert rows_of(out)[0]["reason"].startswith("bad_line: not UTF-8")
 
 
@@ -84,7 +84,7 @@ def test_deep_and_huge_lines_cost_only_their_own_result(tmp_path, monkeypatch):
     deep = b"[" * 200_000 + b"]" * 200_000  # 400 kB: under the line limit, far over any parser's depth
     src = write_lines(tmp_path / "in.jsonl", [GOOD, deep, GOOD])
     out = tmp_path / "out.jsonl"
-    assert run_cli(["validate", str(src), "--out", str(out)]) == 0
+    assert run_cli(["validate", str(src), "--out", str(out)]) == 1  # a malformed line
     rows = rows_of(out)
     assert [r["valid"] for r in rows] == [True, False, True]
     assert rows[1]["reason"] == "bad_line: JSON nested too deeply"
@@ -94,7 +94,7 @@ def test_deep_and_huge_lines_cost_only_their_own_result(tmp_path, monkeypatch):
     at_limit = json.dumps({"program": "def f(x):\n    return x  # " + "z" * (4096 - 60), "input": "1"}).encode()
     assert 4000 < len(at_limit) <= 4096
     src = write_lines(tmp_path / "in.jsonl", [GOOD, huge, at_limit, GOOD])
-    assert run_cli(["validate", str(src), "--out", str(out)]) == 0
+    assert run_cli(["validate", str(src), "--out", str(out)]) == 1  # a malformed line
     rows = rows_of(out)
     assert [r["line"] for r in rows] == [1, 2, 3, 4]
     assert rows[1]["reason"] == "bad_line: longer than 4096 bytes"

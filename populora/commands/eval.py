@@ -22,13 +22,24 @@ def _kv(text: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (``--limit 0`` or ``-1`` is an error, not "everything")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value} (leave --limit out to evaluate every item)")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate adapters of runs (and the base model) on code and math benchmarks")
     p.add_argument("--runs", nargs="+", required=True, help="run directories (each with members.json)")
     p.add_argument("--benchmarks", default="code,math", help="comma list: code, math, all or benchmark names")
     p.add_argument("--adapters", nargs="+", help="only these member ids (or run/member)")
     p.add_argument("--no-base", action="store_true", help="do not evaluate the bare base model")
-    p.add_argument("--limit", type=int, help="only the first N items of every benchmark")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="only the first N items of every benchmark (N >= 1)")
     p.add_argument("--model", default="tiny", help="base model: tiny, smollm2-135m, a path or HF id")
     p.add_argument("--skip-base-check", action="store_true",
                    help="evaluate even when an adapter records another base model than --model")
@@ -100,8 +111,8 @@ def run_eval(args: argparse.Namespace) -> int:
                     print(f"skipping {b}: {e}", file=sys.stderr)
             s.benchmarks = kept
         workdir = Path(args.workdir) if args.workdir else Path(args.runs[0]) / "eval" / "work"
-        evaluate_runs(args.runs, s, workdir=workdir, only=args.adapters, stage=args.stage,
-                      log=lambda m: print(m, file=sys.stderr))
+        rows = evaluate_runs(args.runs, s, workdir=workdir, only=args.adapters, stage=args.stage,
+                             log=lambda m: print(m, file=sys.stderr))
     except (BenchmarkDataError, ShardError, FileNotFoundError, ValueError) as e:  # PolicyConfigError too
         print(f"populora eval: {e}", file=sys.stderr)
         return 2
@@ -109,6 +120,10 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"populora eval: {e}; the completions generated so far are kept: run the same command again "
               f"to continue", file=sys.stderr)
         return 1
+    if rows:
+        from eval.score_table import score_table
+
+        print(score_table(rows))
     return 0
 
 

@@ -17,7 +17,8 @@ training) or a bare ``answer`` (wrapped in ``<answer>`` and the fence of its kin
 A malformed line is reported with its line number (``reason`` starting with ``bad_line``) and the
 rest of the file is processed: invalid JSON, bytes that are not UTF-8 (never replaced: a program is
 run exactly as written or not at all), JSON nested too deeply, a line over ``corpus_io.MAX_LINE_BYTES``, or
-missing or mistyped fields. Limits must be finite and positive (an error naming the option), and
+missing or mistyped fields. The command then exits 1 naming the file and the first malformed line
+(an empty file too), after writing every line's result. Limits must be finite and positive (an error naming the option), and
 ``--out`` is checked writable before any work; the results replace it atomically at the end.
 """
 
@@ -185,6 +186,7 @@ def run_validate(args: argparse.Namespace) -> int:
         out.discard()
         return 2
     results, todo = parsed
+    malformed = sorted(results)  # lines that could not be read as proposals
     cfg = ValidationConfig(max_output_chars=args.max_output_chars)
     start = time.monotonic()
     try:
@@ -218,6 +220,21 @@ def run_validate(args: argparse.Namespace) -> int:
         + ", ".join(f"{k}: {c}" for k, c in sorted(kinds.items()) if k != "valid"),
         file=sys.stderr,
     )
+    return input_status(args.file, "validate", len(ordered), malformed, results)
+
+
+def input_status(file: str, command: str, lines: int, malformed: list[int], results: dict[int, dict]) -> int:
+    """0 when every line of ``file`` was read; else 1 after a message naming the file and its first
+    malformed line (the results of the good lines are written all the same), or an empty file."""
+    if lines == 0:
+        print(f"populora tasks {command}: {file}: no lines to {command} (empty file)", file=sys.stderr)
+        return 1
+    if malformed:
+        first = malformed[0]
+        more = f" and {len(malformed) - 1} more line(s)" if len(malformed) > 1 else ""
+        print(f"populora tasks {command}: {file}: line {first} is malformed ({results[first]['reason']}){more}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -279,6 +296,7 @@ def run_check(args: argparse.Namespace) -> int:
         out.discard()
         return 2
     results, todo = parsed
+    malformed = sorted(results)
     cfg = CheckConfig(fractional=args.fractional)
     try:
         sandbox = _open_sandbox(args)
@@ -304,4 +322,4 @@ def run_check(args: argparse.Namespace) -> int:
     ordered = [results[n] for n in sorted(results)]
     out.commit(ordered)
     print(f"{sum(r['correct'] for r in ordered)}/{len(ordered)} correct", file=sys.stderr)
-    return 0
+    return input_status(args.file, "check", len(ordered), malformed, results)
