@@ -6,7 +6,7 @@ only on the command line, not on the evaluation library's internals:
 * shard ``i`` of ``N`` (array task ``i``, numbered from 0):
   ``populora eval --runs RUN --benchmarks B --shard i/N --stage generate [ARGS...]``; the
   evaluation splits its (adapter x benchmark x slice) work units over the ``N`` shards;
-* after the whole array (``afterok``), one job runs, for every run,
+* after the whole array (``afterok``), one job without a GPU runs, for every run,
   ``populora eval --runs RUN --benchmarks B --shard 0/N --stage score [ARGS...]`` (merges the
   ``N`` shards, then scores), and finally ``populora leaderboard RUN... --out DIR``.
 
@@ -136,7 +136,7 @@ def evaluation_stages(runs: Mapping[str, str | Path], benchmarks: Sequence[str],
                       max_retries: int | None = None, extra: Sequence[str] = (),
                       prefix: str = "populora") -> list[Stage]:
     """One evaluation array per run (after ``after[run]`` when given) and one merge + score +
-    leaderboard stage after all of them. ``runs`` maps a run's name to its directory; ``extra``
+    leaderboard stage after all of them, without a GPU (merging, scoring and tables need none). ``runs`` maps a run's name to its directory; ``extra``
     are further ``populora eval`` arguments (``--model``, ``--limit``, ...)."""
     retries = profile.max_retries if max_retries is None else max_retries
     stages: list[Stage] = []
@@ -151,7 +151,7 @@ def evaluation_stages(runs: Mapping[str, str | Path], benchmarks: Sequence[str],
     board = LeaderboardJob([str(Path(r).absolute()) for r in runs.values()], ",".join(benchmarks), shards,
                            str(Path(leaderboard_dir).absolute()), extra)
     stages.append(Stage(
-        key="leaderboard", name=f"{prefix}-leaderboard", profile=profile,
+        key="leaderboard", name=f"{prefix}-leaderboard", profile=profile.without_gpus(),
         folder=Path(logs).absolute() / "leaderboard" / "%j", calls=[board], labels=["leaderboard"],
         after=[(s.key, None) for s in stages],
     ))

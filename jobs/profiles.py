@@ -90,6 +90,25 @@ class ClusterProfile:
         """Ranks of a training job on this profile."""
         return self.nodes * self.tasks_per_node
 
+    @property
+    def gpus(self) -> int:
+        """GPUs one job of this profile asks for (all its nodes)."""
+        return self.nodes * self.gpus_per_node
+
+    def for_evaluation(self) -> ClusterProfile:
+        """The evaluation shape derived from a training profile, for a sweep that names no evaluation
+        profile: one node, one task, one GPU (when the profile has GPUs), the CPUs and memory of one
+        training rank; partition, account, container, environment and setup stay."""
+        mem = self.mem_gb / self.ranks if self.mem_gb else None
+        return self.replace(nodes=1, gpus_per_node=min(1, self.gpus_per_node), tasks_per_node=1, exclusive=False,
+                            mem_gb=mem, name=f"{self.name}[eval]")
+
+    def without_gpus(self) -> ClusterProfile:
+        """The same job without GPUs (the leaderboard job: merging, scoring and tables run on CPUs)."""
+        if not self.gpus_per_node:
+            return self
+        return self.replace(gpus_per_node=0, name=f"{self.name}[cpu]")
+
     def with_gpus(self, gpus: int) -> ClusterProfile:
         """The profile of a training job that uses ``gpus`` GPUs (one rank each) of one node.
 

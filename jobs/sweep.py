@@ -5,7 +5,8 @@ A sweep file (``configs/sweeps/<name>.yaml``) names a config preset and the grid
     name: populations-7b            # the sweep directory defaults to sweeps/<name>
     config: configs/tiny.yaml       # preset every run starts from
     profile: paper-8xh100           # cluster profile of the training jobs (--profile overrides it)
-    eval_profile: null              # profile of evaluation and leaderboard jobs (default: profile)
+    eval_profile: paper-1xh100      # profile of evaluation jobs (default: the training profile's
+                                    # evaluation shape: one GPU, one rank's CPUs and memory)
     populations: [1t1s, 4t4s, 8t8s, baseline]   # built-in names, or a mapping name -> [overrides]
     seeds: [0, 1, 2]
     seed_key: seed                  # config key that receives the seed
@@ -252,12 +253,14 @@ def build_plan(spec: SweepSpec, sweep_dir: str | Path | None = None, profile: st
                eval_profile: str | ClusterProfile | None = None) -> SweepPlan:
     """Expand the grid and lay out every job; nothing is written or submitted.
 
-    ``profile`` / ``eval_profile`` override the sweep file's; when only ``profile`` is given, it is
-    used for the evaluation jobs too."""
+    ``profile`` / ``eval_profile`` override the sweep file's. Evaluation is never sized as training
+    unless asked: its profile is ``eval_profile``, else the sweep file's ``eval_profile``, else the
+    training profile's evaluation shape (``ClusterProfile.for_evaluation``: one GPU, one rank's CPUs
+    and memory); the leaderboard job runs without a GPU."""
     sweep_dir = Path(sweep_dir or spec.out or Path("sweeps") / spec.name).absolute()
     train_profile = _profile(profile or spec.profile)
-    eval_choice = eval_profile or (profile if profile else spec.eval_profile)
-    eval_prof = _profile(eval_choice) if eval_choice else train_profile
+    eval_choice = eval_profile or spec.eval_profile
+    eval_prof = _profile(eval_choice) if eval_choice else train_profile.for_evaluation()
     config = resolve_config(spec)
     runs = expand_runs(spec)
     if validate:
@@ -366,21 +369,26 @@ def describe_submission(manifest: dict[str, Any]) -> str:
 
 
 def describe_plan(plan: SweepPlan) -> str:
+    ev = plan.eval_profile
     lines = [f"sweep {plan.spec.name}: {len(plan.runs)} run(s) -> {plan.sweep_dir}",
-             f"profile {plan.profile.name} ({plan.profile.source}); eval profile {plan.eval_profile.name}"]
-    lines += [f"  run {r.name} ({'the profile' + chr(39) + 's allocation' if r.gpus is None else f'{r.gpus} GPU'}): "
-              f"{' '.join(r.overrides)}" for r in plan.runs]
+             f"profile {plan.profile.name} ({plan.profile.source}); eval profile {ev.name} ({ev.source}): "
+             f"{ev.gpus} GPU(s), {ev.cpus_per_task} CPU(s), {ev.mem_gb or 'default'} GB per shard"]
+    lines += [f"  run {r.name} ({plan.profile.gpus if r.gpus is None else r.gpus} GPU(s)): {' '.join(r.overrides)}"
+              for r in plan.runs]
     return "\n".join(lines)
 
 
 def dry_run_text(plan: SweepPlan) -> str:
-    """What ``--dry-run`` prints: the runs, then every sbatch script (or the local job list)."""
+    """What ``--dry-run`` prints: the runs, GPUs and GPU-hours per stage and in total, then every
+    sbatch script (or the local job list)."""
+    from jobs.resources import resources_table
+
     if all(s.profile.executor == "slurm" for s in plan.stages):
         body = render_plan(plan.stages)
     else:
         body = "\n".join(f"### stage {s.key} ({s.profile.executor} executor): {', '.join(s.labels)}"
                          for s in plan.stages)
-    return describe_plan(plan) + "\n\n" + body
+    return describe_plan(plan) + "\n\n" + resources_table(plan.stages) + "\n\n" + body
 
 
 def check_profile_name(name: str) -> None:

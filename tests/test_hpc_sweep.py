@@ -111,7 +111,7 @@ def test_dry_run_prints_every_sbatch_script(tmp_path):
     assert "### stage train: 1 task(s): baseline-s0" in text and "### stage train:2gpu: 1 task(s): 1t1s-s0" in text
     assert text.count("#SBATCH --gres=gpu:8") == 1 and text.count("#SBATCH --gres=gpu:2") == 1
     assert text.count("#SBATCH --ntasks-per-node=2") == 1 and "#SBATCH --mem=4GB" in text
-    assert text.count("#SBATCH --gres=gpu:1") == 3
+    assert text.count("#SBATCH --gres=gpu:1") == 2  # the two evaluation arrays; the leaderboard has no GPU
     assert "#SBATCH --dependency=afterok:JOBID.train.2gpu\n" in text and "#SBATCH --dependency=afterok:JOBID.train\n" in text
     assert "#SBATCH --dependency=afterok:JOBID.eval.1t1s-s0:JOBID.eval.baseline-s0" in text
     assert "#SBATCH --kill-on-invalid-dep=yes" in text
@@ -255,7 +255,7 @@ def test_cli_dry_run_status_and_errors(tmp_path, capsys):
                 "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "sweep tiny-ci: 2 run(s)" in out and "#SBATCH --partition=debug" in out
-    assert "eval profile ci\n" in out  # --profile alone is used for evaluation too
+    assert "eval profile ci-eval (" in out  # --profile sets training only: the sweep file's eval_profile stays
     assert cli(["sweep", str(SWEEPS / "tiny-ci.yaml"), "--profile", "nope", "--dry-run"]) == 2
     assert "unknown profile 'nope'" in capsys.readouterr().err
     assert cli(["sweep", "status", str(tmp_path)]) == 2
@@ -264,3 +264,51 @@ def test_cli_dry_run_status_and_errors(tmp_path, capsys):
         {"key": "train", "executor": "local", "tasks": [{"label": "r", "job_id": "9", "state": "COMPLETED"}]}]}))
     assert cli(["sweep", "status", str(tmp_path)]) == 0
     assert "1 task(s): 1 COMPLETED" in capsys.readouterr().out
+
+
+def test_quick_start_copied_training_profile_sizes_eval_as_eval(tmp_path, monkeypatch):
+    """docs/hpc.md's quick start: the paper training profile copied and passed as --profile."""
+    mine = tmp_path / "profiles"
+    mine.mkdir()
+    (mine / "mycluster.yaml").write_text((REPO / "slurm" / "profiles" / "paper-8xh100.yaml").read_text())
+    monkeypatch.setenv("POPULORA_PROFILES_DIR", str(mine))
+    paper = sweep.load_spec(SWEEPS / "populations-7b.yaml")
+    plan = sweep.build_plan(paper, tmp_path / "sw", "mycluster", validate=False)
+    by_key = {s.key: s for s in plan.stages}
+    shards = [s for s in plan.stages if s.key.startswith("eval:")]
+    assert len(shards) == 12 and all(s.profile.gpus == 1 and s.profile.mem_gb == 120 for s in shards)
+    assert by_key["leaderboard"].profile.gpus == 0
+    assert by_key["train"].profile.gpus == 8
+    # without an eval_profile anywhere: the training profile's evaluation shape, not its whole node
+    derived = sweep.build_plan(sweep.spec_from_dict({**vars_of(paper), "eval_profile": None}, "t.yaml"),
+                               tmp_path / "sw", "mycluster", validate=False)
+    ev = [s.profile for s in derived.stages if s.key.startswith("eval:")][0]
+    assert (ev.gpus, ev.tasks_per_node, ev.mem_gb, ev.partition) == (1, 1, 60, "gpu")
+    # asked for explicitly, the training profile is used as it is
+    asked = sweep.build_plan(paper, tmp_path / "sw", "mycluster", eval_profile="mycluster", validate=False)
+    assert [s.profile.gpus for s in asked.stages if s.key.startswith("eval:")][0] == 8
+
+
+def vars_of(spec) -> dict:
+    return {"name": spec.name, "config": spec.config, "profile": spec.profile, "populations": list(spec.populations),
+            "seeds": list(spec.seeds), "gpus": dict(spec.gpus), "overrides": list(spec.overrides),
+            "eval": {"benchmarks": list(spec.benchmarks), "shards": spec.shards, "args": list(spec.eval_args)}}
+
+
+def test_dry_run_prints_gpus_and_gpu_hours_per_stage_and_in_total(tmp_path):
+    from jobs.resources import resources_table, stage_resources
+
+    plan = sweep.build_plan(sweep.load_spec(SWEEPS / "populations-7b.yaml"), tmp_path / "sw", validate=False)
+    text = sweep.dry_run_text(plan)
+    assert "allocation" not in text
+    assert "run 8t8s-s0 (8 GPU(s))" in text and "run baseline-s0 (1 GPU(s))" in text
+    res = {s.key: stage_resources(s) for s in plan.stages}
+    assert (res["train"].gpus, res["train"].gpu_hours) == (48, 48 * 24)  # 6 runs x 8 GPUs x 24 h
+    assert (res["train:2gpu"].gpus, res["train:1gpu"].gpus) == (6, 3)
+    assert res["eval:4t4s-s0"].gpus == 8 and res["eval:4t4s-s0"].gpu_hours == 8 * 12  # 8 shards x 1 GPU x 12 h
+    assert res["leaderboard"].gpus == 0
+    table = resources_table(plan.stages)
+    total = table.splitlines()[-1].split()
+    assert total[0] == "total" and int(total[2]) == 48 + 6 + 3 + 12 * 8
+    assert float(total[3]) == 48 * 24 + 6 * 24 + 3 * 24 + 12 * 8 * 12
+    assert table in text

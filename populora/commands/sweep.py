@@ -17,9 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", nargs="+", metavar="SWEEP.yaml | status DIR",
                    help="a sweep file to submit, or `status` and a sweep directory")
     p.add_argument("--dry-run", action="store_true", help="print the runs and sbatch scripts; submit nothing")
-    p.add_argument("--profile", help="cluster profile (name in slurm/profiles or a YAML path); also used for "
-                   "evaluation unless --eval-profile is given")
-    p.add_argument("--eval-profile", help="cluster profile of the evaluation and leaderboard jobs")
+    p.add_argument("--profile", help="cluster profile of the training jobs (name in slurm/profiles or a YAML path)")
+    p.add_argument("--eval-profile", help="cluster profile of the evaluation jobs (default: the sweep file's "
+                   "eval_profile, else one GPU and one rank's CPUs and memory of the training profile); "
+                   "the leaderboard job runs on it without a GPU")
     p.add_argument("--out", help="sweep directory (default: the sweep file's `out`, else sweeps/<name>)")
     p.add_argument("--wait", type=float, metavar="SECONDS",
                    help="after submitting (or with status), poll until every job ends or SECONDS pass")
