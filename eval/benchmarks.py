@@ -7,7 +7,8 @@ to the benchmarks directory, or a user-given path), the sha256 of the official f
 and how an item's gold answer is read. ``load_items(name)`` returns ``Item`` records in file
 order; item ids are stable strings (the dataset's own id where it has one, else the line number).
 
-The benchmarks directory is ``$POPULORA_BENCHMARKS_DIR`` or ``<repo>/../shared/benchmarks``; each
+The benchmarks directory is ``$POPULORA_BENCHMARKS_DIR``, or ``<repo>/../shared/benchmarks`` beside a
+source checkout, or ``/opt/populora/benchmarks`` (an installed package, as in the image); each
 benchmark's file can also be given explicitly (``paths={"gsm8k": "/data/gsm8k.jsonl"}``).
 LiveCodeBench lives in :mod:`eval.livecodebench` (its official files are not available offline).
 """
@@ -26,6 +27,9 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_DIR = "POPULORA_BENCHMARKS_DIR"
+# Where an installed package (the container image) looks when neither --data-dir nor the variable is
+# set and no source checkout is around: jobs bind the benchmark directory here (docs/hpc.md).
+IMAGE_DIR = Path("/opt/populora/benchmarks")
 
 
 class BenchmarkDataError(RuntimeError):
@@ -194,12 +198,15 @@ def resolve_benchmarks(text: str) -> list[str]:
 
 
 def benchmarks_dir(explicit: str | os.PathLike | None = None) -> Path:
-    """The benchmarks directory: ``explicit``, else ``$POPULORA_BENCHMARKS_DIR``, else ``<repo>/../shared/benchmarks``."""
+    """The benchmarks directory: ``explicit``, else ``$POPULORA_BENCHMARKS_DIR``, else
+    ``<repo>/../shared/benchmarks`` beside a source checkout, else :data:`IMAGE_DIR` (an installed
+    package, as in the container image: bind the benchmarks there)."""
     if explicit:
         return Path(explicit)
     if os.environ.get(ENV_DIR):
         return Path(os.environ[ENV_DIR])
-    return REPO_ROOT.parent / "shared" / "benchmarks"
+    beside = REPO_ROOT.parent / "shared" / "benchmarks"
+    return beside if beside.is_dir() else IMAGE_DIR
 
 
 def benchmark_path(name: str, data_dir: str | os.PathLike | None = None, path: str | os.PathLike | None = None) -> Path:

@@ -38,6 +38,7 @@ import itertools
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -323,6 +324,12 @@ def submit_sweep(plan: SweepPlan, wait_local: bool = True) -> dict[str, Any]:
         raise SweepError(f"sweep directory {plan.sweep_dir} already exists; choose another --out or remove it")
     for prof in (plan.profile, plan.eval_profile):
         preflight(prof)
+    errors, warnings = container_problems(plan)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if errors:
+        raise SweepError("nothing was submitted:\n  " + "\n  ".join(errors) + "\n(see docs/hpc.md, "
+                         "'Benchmark data and the model inside the container')")
     plan.sweep_dir.mkdir(parents=True)
     (plan.sweep_dir / "runs").mkdir()
     if Path(plan.spec.source).is_file():
@@ -345,6 +352,23 @@ def submit_sweep(plan: SweepPlan, wait_local: bool = True) -> dict[str, Any]:
     if wait_local and any(s.stage.profile.executor != "slurm" for s in submitted.values()):
         record_local_results(plan.sweep_dir, manifest, submitted)
     return manifest
+
+
+def sweep_models(plan: SweepPlan) -> list[str]:
+    """The base models the runs train on (``policy.model`` of each run's overrides, else the preset's)."""
+    models = [o.split("=", 1)[1] for r in plan.runs for o in r.overrides if o.startswith("policy.model=")]
+    if len(models) < len(plan.runs):
+        from populora.config import load_config
+
+        models.append(load_config(str(resolve_config(plan.spec))).policy.model)
+    return list(dict.fromkeys(models))
+
+
+def container_problems(plan: SweepPlan) -> tuple[list[str], list[str]]:
+    """(errors, warnings) about the data and models the jobs need to see (jobs.container_paths)."""
+    from jobs.container_paths import path_problems
+
+    return path_problems(plan.profile, plan.eval_profile, sweep_models(plan), plan.spec.eval_args)
 
 
 def record_local_results(sweep_dir: Path, manifest: dict[str, Any], submitted: dict[str, SubmittedStage]) -> None:
@@ -388,7 +412,10 @@ def dry_run_text(plan: SweepPlan) -> str:
     else:
         body = "\n".join(f"### stage {s.key} ({s.profile.executor} executor): {', '.join(s.labels)}"
                          for s in plan.stages)
-    return describe_plan(plan) + "\n\n" + resources_table(plan.stages) + "\n\n" + body
+    errors, warnings = container_problems(plan)
+    notes = [f"would refuse to submit: {e}" for e in errors] + [f"warning: {w}" for w in warnings]
+    head = describe_plan(plan) + ("\n" + "\n".join(notes) if notes else "")
+    return head + "\n\n" + resources_table(plan.stages) + "\n\n" + body
 
 
 def check_profile_name(name: str) -> None:
