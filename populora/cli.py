@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "populora.commands.sweep",
     "populora.commands.report",
     "populora.commands.plan",
+    "populora.commands.doctor",
 )
 
 
