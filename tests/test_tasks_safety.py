@@ -318,3 +318,49 @@ def test_imported_classes_and_functions_stay_usable_as_values():
         "    return reduce(operator.add, [len(c) for c in counts]), q([1]).pop()"
     )
     assert check_program(program) is None
+
+
+# --- issue 22: dataclass resolved through the imports; bounded, escaped reasons ------------------
+DATACLASS_RULES = [
+    # (program, reason or None)
+    ("from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\n"
+     "def f(v):\n    match P(v):\n        case P(a):\n            return a\n", None),
+    ("import dataclasses\n@dataclasses.dataclass(order=True)\nclass P:\n    x: int\ndef f(v):\n    return P(v)\n", None),
+    ("from dataclasses import dataclass\nclass A:\n    pass\n@dataclass\nclass P(A):\n    x: int\n"
+     "def f(v):\n    return P(v)\n", None),
+    # a program-defined dataclass: positional patterns are not trusted
+    ("def dataclass(c):\n    return c\n@dataclass\nclass P:\n    x: int\n"
+     "def f(v):\n    match v:\n        case P(a):\n            return a\n", "banned:match_positional"),
+    # an extra decorator could return any class
+    ("from dataclasses import dataclass\ndef d(c):\n    return c\n@d\n@dataclass\nclass P:\n    x: int\n"
+     "def f(v):\n    return v\n", "banned:dataclass"),
+    ("from dataclasses import dataclass\nclass M(type):\n    pass\n@dataclass\nclass P(metaclass=M):\n"
+     "    x: int\ndef f(v):\n    return v\n", "banned:dataclass"),
+    ("from dataclasses import dataclass\ndef f(v):\n    return dataclass(type('C', (), {}))\n", "banned:dataclass"),
+    ("import dataclasses\ndef f(v):\n    d = dataclasses.dataclass\n    return d\n", "banned:dataclass"),
+    ("from dataclasses import dataclass\nB = type('B', (), {})\n@dataclass\nclass P(B):\n    x: int\n"
+     "def f(v):\n    return P(v)\n", "banned:dataclass"),
+    ("from dataclasses import dataclass\n@dataclass(init=len)\nclass P:\n    x: int\ndef f(v):\n    return v\n",
+     "banned:dataclass"),
+    ("import dataclasses\ndef f(v):\n    return dataclasses.replace(v)\n", "banned:replace"),
+    ("import enum\ndef f(v):\n    return enum.pickle_by_enum_name\n", "banned:pickle_by_enum_name"),
+    ("from enum import *\ndef f(v):\n    return v\n", "banned:import_star"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("program, reason", DATACLASS_RULES)
+def test_dataclass_is_resolved_through_the_imports(program, reason):
+    assert check_program(program) == reason
+
+
+def test_rejection_reasons_are_bounded_and_escaped():
+    from populora.tasks.safety import MAX_REASON_NAME
+
+    long = check_program("import " + "a" * 300_000 + "\ndef f(x):\n    return x")
+    assert long.startswith("banned:aaa") and long.endswith("...")
+    assert len(long) == len("banned:") + MAX_REASON_NAME
+    odd = check_program("import os\u00e9\ndef f(x):\n    return x")
+    assert odd == "banned:os\\xe9" and odd.isascii() and odd.isprintable()
+    # a format field path carries any character: ESC, BEL and a newline come back escaped
+    control = check_program("def f(x):\n    return '{0._\\x1b\\x07\\n}'.format(x)")
+    assert control == "banned:_\\x1b\\x07\\n", control

@@ -174,12 +174,13 @@ class _Checker(ast.NodeVisitor):
         self.format_receivers: set[int] = set()  # Constant nodes used as ``'...'.format``
         self.modules: dict[str, str] = {}  # name bound by an import -> the module it is
         self.bound: dict[str, list[ast.AST]] = {}  # every binding of a name (for match patterns)
+        self.dataclass_uses: set[int] = set()  # nodes naming the real dataclass as a decorator
         for node in ast.walk(tree):  # imports first: a function may use a module imported later
             self._collect(node)
 
     def flag(self, name: str) -> None:
         if self.finding is None:
-            self.finding = banned(name)
+            self.finding = banned(reason_name(name))
 
     def _collect(self, node: ast.AST) -> None:
         if isinstance(node, ast.Import):
@@ -221,6 +222,8 @@ class _Checker(ast.NodeVisitor):
         if id(node) in self.approved_calls:
             return
         self.check_name(node.id)
+        if id(node) not in self.dataclass_uses and self._names_real_dataclass(node):
+            self.flag("dataclass")  # dataclass(C) on a class built at run time, or as a value
         if node.id in self.modules and id(node) not in self.module_bases:
             self.flag("module_as_value")  # m = json; m.codecs would escape the attribute rules
 
@@ -240,6 +243,13 @@ class _Checker(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.check_name(node.name)
+        found = [self._dataclass_decorator(d) for d in node.decorator_list]
+        if any(found):
+            # dataclass builds code from the field names (exec) and writes them with setattr: only
+            # on a class statement whose names the program wrote (no metaclass, plain bases)
+            if self._plain_class(node.name) is None:
+                self.flag("dataclass")
+            self.dataclass_uses.update(id(n) for n in found if n is not None)
         self.generic_visit(node)
 
     def visit_Global(self, node: ast.Global | ast.Nonlocal) -> None:
@@ -274,21 +284,71 @@ class _Checker(ast.NodeVisitor):
             self.flag("match_positional")
         self.generic_visit(node)
 
+    # --- dataclasses ----------------------------------------------------------------------------
+    def _names_real_dataclass(self, node: ast.expr) -> bool:
+        """Whether ``node`` is ``dataclass`` bound once by ``from dataclasses import dataclass [as n]``
+        or ``dataclasses.dataclass`` with ``dataclasses`` bound once by ``import dataclasses``:
+        resolved through the program's imports, never matched by the name alone."""
+        if isinstance(node, ast.Name):
+            bindings = self.bound.get(node.id, [])
+            return (
+                len(bindings) == 1
+                and isinstance(bindings[0], ast.ImportFrom)
+                and bindings[0].module == "dataclasses"
+                and not bindings[0].level
+                and any(a.name == "dataclass" and (a.asname or a.name) == node.id for a in bindings[0].names)
+            )
+        if isinstance(node, ast.Attribute) and node.attr == "dataclass" and isinstance(node.value, ast.Name):
+            bindings = self.bound.get(node.value.id, [])
+            return (
+                len(bindings) == 1
+                and isinstance(bindings[0], ast.Import)
+                and self.modules.get(node.value.id) == "dataclasses"
+            )
+        return False
+
+    def _dataclass_decorator(self, node: ast.expr) -> ast.expr | None:
+        """The node naming the real dataclass in a decorator ``@dataclass`` or ``@dataclass(k=const)``."""
+        if self._names_real_dataclass(node):
+            return node
+        if (
+            isinstance(node, ast.Call)
+            and not node.args
+            and all(k.arg is not None and isinstance(k.value, ast.Constant) for k in node.keywords)
+            and self._names_real_dataclass(node.func)
+        ):
+            return node.func
+        return None
+
+    def _plain_class(self, name: str, seen: frozenset[str] = frozenset()) -> ast.ClassDef | None:
+        """The program's own class ``name`` when it is bound once, by a class statement without
+        keywords (no metaclass), whose decorators are the real dataclass only and whose bases are
+        plain classes too (or ``object``): its namespace and fields are what the program wrote."""
+        bindings = self.bound.get(name, [])
+        if name in seen or len(bindings) != 1 or not isinstance(bindings[0], ast.ClassDef):
+            return None
+        node = bindings[0]
+        if node.keywords or any(self._dataclass_decorator(d) is None for d in node.decorator_list):
+            return None
+        for base in node.bases:
+            if not isinstance(base, ast.Name):
+                return None
+            if not (base.id == "object" and not self.bound.get("object")) and not self._plain_class(
+                base.id, seen | {name}
+            ):
+                return None
+        return node
+
     def _positional_patterns_safe(self, cls: ast.expr) -> bool:
         if not isinstance(cls, ast.Name):
             return False
         bindings = self.bound.get(cls.id, [])
         if not bindings:
             return cls.id in SELF_MATCHING  # a built-in type the program never rebinds
-        if len(bindings) != 1 or not isinstance(bindings[0], ast.ClassDef):
+        node = self._plain_class(cls.id)
+        if node is None or node.bases or len(node.decorator_list) != 1:
             return False
-        node = bindings[0]
-        own_dataclass = any(
-            (isinstance(d, ast.Name) and d.id == "dataclass")
-            or (isinstance(d, ast.Attribute) and d.attr == "dataclass")
-            or (isinstance(d, ast.Call) and not d.keywords and _named(d.func, "dataclass"))
-            for d in node.decorator_list
-        )
+        own_dataclass = self._dataclass_decorator(node.decorator_list[0]) is not None
         fields_public = all(
             not (
                 isinstance(s, ast.AnnAssign)
@@ -297,7 +357,7 @@ class _Checker(ast.NodeVisitor):
             )
             for s in node.body
         )
-        return own_dataclass and not node.bases and not node.keywords and fields_public
+        return own_dataclass and fields_public
 
     # --- imports -------------------------------------------------------------------------------
     def check_module(self, module: str) -> None:
@@ -353,6 +413,8 @@ class _Checker(ast.NodeVisitor):
         return None
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
+        if id(node) not in self.dataclass_uses and self._names_real_dataclass(node):
+            self.flag("dataclass")
         if isinstance(node.value, ast.Name):
             self.module_bases.add(id(node.value))
         if node.attr in ("format", "format_map"):
@@ -397,10 +459,15 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def _named(node: ast.expr, name: str) -> bool:
-    return (isinstance(node, ast.Name) and node.id == name) or (
-        isinstance(node, ast.Attribute) and node.attr == name
-    )
+MAX_REASON_NAME = 80  # ours: a rejection reason names what was banned, never a whole program
+
+
+def reason_name(name: str) -> str:
+    """What a ``banned:<name>`` reason says of ``name`` (program text): at most
+    ``MAX_REASON_NAME`` characters, every non-printable or non-ASCII character escaped, as the
+    sandbox escapes its details; a cut name ends with ``...``."""
+    text = name.encode("unicode_escape").decode("ascii")  # \n, \x1b, \u00e9: ASCII, printable
+    return text if len(text) <= MAX_REASON_NAME else text[: MAX_REASON_NAME - 3] + "..."
 
 
 _FIELD_PART = re.compile(r"\.([^.\[]*)|\[([^\]]*)\]")
