@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 
 from populora.distributed.env import (
+    EXPANDABLE_SEGMENTS,
     LauncherError,
     RankEnv,
+    allocator_conf,
+    before_cuda,
+    cpu_share,
     local_cuda_index,
     narrow_visible_devices,
     narrowed_visible_devices,
@@ -119,6 +123,37 @@ def test_cpu_budget_follows_the_allocation():
     assert rank_cpu_budget(64, 8, srun) == 4  # not bound: at most its --cpus-per-task
     # torchrun inside a one-task Slurm job: the task's cores are shared by its ranks
     assert rank_cpu_budget(8, 2, {"SLURM_STEP_ID": "0", "SLURM_NTASKS": "1", "SLURM_CPUS_PER_TASK": "8"}) == 4
+
+
+def test_torch_threads_follow_the_process_affinity(monkeypatch):
+    import torch
+
+    from populora.policy import make_backend
+
+    cores = len(os.sched_getaffinity(0))
+    assert cpu_share({}) == cores and cpu_share({"LOCAL_WORLD_SIZE": "2"}) == max(1, cores // 2)
+    assert cpu_share({"LOCAL_WORLD_SIZE": "junk"}) == cores
+    threads = torch.get_num_threads()
+    mine = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mine)})  # as taskset -c N or Slurm's binding would
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+        make_backend({"model": "tiny", "device": "cpu", "cpu_threads": 0}).close()
+        assert torch.get_num_threads() == 1
+    finally:
+        os.sched_setaffinity(0, mine)
+        torch.set_num_threads(threads)
+
+
+def test_the_trainer_allocator_gets_expandable_segments_unless_the_user_chose(monkeypatch):
+    assert allocator_conf({}) == EXPANDABLE_SEGMENTS == "expandable_segments:True"
+    assert allocator_conf({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}) is None
+    assert allocator_conf({"PYTORCH_ALLOC_CONF": ""}) is None  # torch 2.9+'s name, even empty, is a choice
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert before_cuda(rank(1, local_world=2, world=2)) == "1"
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
 
 
 @pytest.mark.slow

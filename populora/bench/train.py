@@ -6,6 +6,14 @@ side: one holds the 8 adapters, the other a single adapter (the single-agent alt
 steps are interleaved (member i of the population, then the single adapter, for each i) so both
 see the same machine load; the ratio of tokens/s shows what hosting the population in one model
 costs a member's update.
+
+Then packing (``rl/packing.py``): one member's update on a variable-length batch (completion lengths
+log-uniform over a 32x range, as self-play's run from a few hundred tokens to the longest allowed),
+its gradients accumulated over micro-batches packed up to the plan's token budget vs
+``train_micro_batch`` sequences in batch order, on the same backend, alternating. It times the
+forward and backward passes (``selfplay.train.accumulate_gradients``, the code ``populora train``
+runs; the optimizer step after it is the same for both) and compares the two gradients. The last
+line is ``packed/unpacked speed-up: N.NNx, max gradient difference: E`` (of the last model).
 """
 
 from __future__ import annotations
@@ -23,6 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default)")
     p.add_argument("--device", default="auto")
+    p.add_argument("--packing-models", default="tiny", help="models of the packed vs unpacked comparison")
+    p.add_argument("--packing-batch", type=int, default=24, help="sequences of the variable-length batch")
+    p.add_argument("--packing-micro-batch", type=int, default=4, help="policy.train_micro_batch of the comparison")
+    p.add_argument("--packing-lengths", default="tiny=64+512,default=64+256",
+                   help="MODEL=P+N: longest prompt and completion of the variable-length batch")
+    p.add_argument("--repeats", type=int, default=3, help="timed updates per arm of the packing comparison")
 
 
 def per_model(spec: str, model: str, default: int = 32) -> int:
@@ -82,6 +96,80 @@ def bench_model(model: str, args: argparse.Namespace) -> dict:
             "single_s": single_s, "peak_gib": peak, "threads": torch.get_num_threads()}
 
 
+def variable_batch(vocab: int, n: int, prompt_tokens: int, new_tokens: int, seed: int = 0) -> list:
+    """``n`` student sequences of random tokens: prompts uniform in [P/4, P], completions
+    log-uniform in [N/32, N] (ours: the spread of self-play completions, ~200 to ~8k tokens)."""
+    import math
+    import random
+
+    from populora.selfplay.stages import Seq
+
+    rng = random.Random(seed)
+    seqs = []
+    for i in range(n):
+        p = rng.randint(max(1, prompt_tokens // 4), prompt_tokens)
+        c = max(1, min(new_tokens, round(math.exp(rng.uniform(math.log(max(1, new_tokens / 32)), math.log(new_tokens))))))
+        seqs.append(Seq(role="student", task_type="code_o", prompt_ids=[rng.randrange(10, vocab) for _ in range(p)],
+                        completion_ids=[rng.randrange(10, vocab) for _ in range(c)],
+                        logprobs=[-rng.random() for _ in range(c)], reward=float(rng.random() < 0.5),
+                        prompt_group=f"g{i // 4}"))
+    return seqs
+
+
+def bench_packing(model: str, args: argparse.Namespace) -> dict:
+    """Packed vs unpacked micro-batches of one update on one backend; see the module docstring."""
+    import torch
+
+    from populora.policy import make_backend
+    from populora.rl.config import RLConfig
+    from populora.rl.packing import TokenBudget, padded_tokens
+    from populora.selfplay.train import MicroBatching, accumulate_gradients, advantages_of
+
+    spec = {"model": model, "device": args.device, "cpu_threads": args.threads,
+            "lora": {"rank": args.rank, "alpha": 2 * args.rank, "b_std": 0.02}}
+    be = make_backend(spec)
+    be.add_adapter("member", be.new_adapter_weights(seed=0))
+    table = dict(item.split("=", 1) for item in args.packing_lengths.split(","))
+    n_prompt, n_new = (int(x) for x in table.get(model, table.get("default", "64+256")).split("+"))
+    batch = variable_batch(min(len(be.tokenizer), be.base.config.vocab_size), args.packing_batch, n_prompt, n_new)
+    rl = RLConfig()
+    adv = advantages_of(batch, rl)
+    budget = TokenBudget.of(args.packing_micro_batch, n_prompt, n_new)
+    arms = {"packed": MicroBatching(budget, args.packing_micro_batch, packed=True),
+            "unpacked": MicroBatching(budget, args.packing_micro_batch, packed=False)}
+
+    def update(arm: str) -> tuple[float, torch.Tensor]:
+        if be.device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        accumulate_gradients(be, "member", batch, adv, rl, arms[arm])
+        if be.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        grad = torch.cat([p.grad.reshape(-1).float() for p in be.trainable_parameters("member")])
+        be.discard_gradients("member")
+        return seconds, grad
+
+    update("packed"), update("unpacked")  # warm-up
+    times = {"packed": [], "unpacked": []}
+    grads = {}
+    for _ in range(max(1, args.repeats)):
+        for arm in ("packed", "unpacked"):
+            seconds, grads[arm] = update(arm)
+            times[arm].append(seconds)
+    lengths = [(len(s.prompt_ids), len(s.completion_ids)) for s in batch]
+    real = sum(p + c for p, c in lengths)
+    out = {"model": model, "device": str(be.device), "sequences": len(batch), "real_tokens": real,
+           "max_grad_diff": float((grads["packed"] - grads["unpacked"]).abs().max()),
+           "max_grad": float(grads["unpacked"].abs().max())}
+    for arm, mb in arms.items():
+        groups = mb.split(batch)
+        out[arm] = {"passes": len(groups), "padded_tokens": padded_tokens(lengths, groups),
+                    "seconds": sorted(times[arm])[len(times[arm]) // 2]}  # the median update
+    be.close()
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     print(f"{args.adapters} adapters, LoRA rank {args.rank} on all seven projections; a step = forward with gradients"
           " + backward + AdamW on batch x (prompt + completion) tokens; tok/s counts all of them")
@@ -92,4 +180,20 @@ def run(args: argparse.Namespace) -> int:
         tp, ts = r["tokens_per_step"] / r["population_s"], r["tokens_per_step"] / r["single_s"]
         print(f"{r['model']:<14} {r['device']:<7} {r['shape']:>29} {r['population_s']:>20.3f} {tp:>19.1f} {r['single_s']:>20.3f}"
               f" {ts:>19.1f} {tp / ts:>6.2f}x" + (f"  peak {r['peak_gib']:.1f} GiB" if r["peak_gib"] else ""))
+    packing = [bench_packing(m, args) for m in args.packing_models.split(",") if m]
+    if not packing:
+        return 0
+    print()
+    print(f"packing: one update's forward + backward passes on a variable-length batch, budget "
+          f"{args.packing_micro_batch} x (longest prompt + longest completion) tokens per pass; median of {args.repeats}")
+    print("model          device  sequences  real tokens   arm       passes  padded tokens  s/update  real tok/s")
+    for r in packing:
+        for arm in ("unpacked", "packed"):
+            a = r[arm]
+            print(f"{r['model']:<14} {r['device']:<7} {r['sequences']:>9} {r['real_tokens']:>12}   {arm:<8} {a['passes']:>7}"
+                  f" {a['padded_tokens']:>14} {a['seconds']:>9.3f} {r['real_tokens'] / a['seconds']:>11.1f}")
+    last = packing[-1]
+    print(f"{last['model']}: largest gradient entry {last['max_grad']:.3g}")
+    print(f"packed/unpacked speed-up: {last['unpacked']['seconds'] / last['packed']['seconds']:.2f}x, "
+          f"max gradient difference: {last['max_grad_diff']:.2e}")
     return 0

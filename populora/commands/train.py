@@ -64,7 +64,7 @@ def launch_local_ranks(nproc: int, argv: list[str]) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from populora.checkpoint import CheckpointError
     from populora.config import ConfigError
-    from populora.distributed.env import LauncherError, narrow_visible_devices, rank_env
+    from populora.distributed.env import LauncherError, before_cuda, rank_env
     from populora.jsonl import JsonlError
     from populora.policy.engine import EngineFailure
     from populora.selfplay.runner import train
@@ -76,7 +76,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     # rank before anything (the memory check included) initialises CUDA. The --nproc parent is world 1.
     try:
         env = rank_env()
-        narrow_visible_devices(env)
+        before_cuda(env)
     except LauncherError as e:
         print(f"populora train: {e}", file=sys.stderr)
         return 2

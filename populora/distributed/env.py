@@ -165,6 +165,30 @@ def narrow_visible_devices(env: RankEnv) -> str | None:
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
+# PyTorch's expandable segments: memory the trainer frees (activations of a pass, the log-prob
+# tail) is returned in whole pages instead of leaving fragments of cached blocks, so a sleeping vLLM
+# engine can take it back at wake-up. vLLM 0.32 tolerates it: its sleep-mode pool turns the option
+# off around its own allocations (vllm/device_allocator/cumem.py) and restores it.
+EXPANDABLE_SEGMENTS = "expandable_segments:True"
+
+
+def allocator_conf(environ: Mapping[str, str]) -> str | None:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` to set, or ``None`` to leave the user's allocator settings alone
+    (either variable set, even empty, is the user's choice)."""
+    if "PYTORCH_CUDA_ALLOC_CONF" in environ or "PYTORCH_ALLOC_CONF" in environ:
+        return None
+    return EXPANDABLE_SEGMENTS
+
+
+def before_cuda(env: RankEnv) -> str | None:
+    """What a rank does before anything initialises CUDA: narrow ``CUDA_VISIBLE_DEVICES`` to its own
+    GPU (``narrow_visible_devices``, returned) and give the trainer's allocator expandable segments
+    (``allocator_conf``). Idempotent."""
+    if (conf := allocator_conf(os.environ)) is not None:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    return narrow_visible_devices(env)
+
+
 def local_cuda_index(local_rank: int, device_count: int) -> int:
     """This rank's CUDA device: 0 when it sees one GPU (narrowed), else its local rank among those seen."""
     return 0 if device_count <= 1 else local_rank % device_count
@@ -194,6 +218,16 @@ def rank_cpu_budget(cpus: int, local_world: int, environ: Mapping[str, str]) -> 
     if "SLURM_STEP_ID" in environ and tasks > 1 and per_task > 0:
         return max(1, min(cpus, per_task))
     return max(1, cpus // max(1, local_world))
+
+
+def cpu_share(environ: Mapping[str, str]) -> int:
+    """This rank's cores (``rank_cpu_budget`` of the process's affinity), with the local world size
+    from the launcher's ``LOCAL_WORLD_SIZE`` (1 when unset)."""
+    try:
+        local_world = int(environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        local_world = 1
+    return rank_cpu_budget(available_cpus(), local_world, environ)
 
 
 def init_comm(device: str = "cpu", timeout_s: float = 1800.0, env: RankEnv | None = None) -> Comm:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from populora.plan.memory import DEFAULT_MIN_HEADROOM, Plan, PlanInputs, plan
 from populora.plan.shapes import model_shape
+from populora.rl.packing import TokenBudget
 
 # PlanInputs field -> the run-config key that sets it
 KNOB_KEYS = {
@@ -19,6 +20,19 @@ KNOB_KEYS = {
     "vllm_memory_share": "policy.vllm.gpu_memory_utilization",
     "logits_chunk": "policy.logits_chunk",
 }
+
+
+def longest_completion(cfg) -> int:
+    """The longest completion the run samples (teacher or student)."""
+    sp = cfg.selfplay
+    return max(sp.teacher_sampling.max_new_tokens, sp.student_sampling.max_new_tokens)
+
+
+def train_budget(cfg) -> TokenBudget:
+    """What one training micro-batch may hold: the bound the plan sizes its activations and log-prob
+    tail for (``policy.train_micro_batch`` rows of the longest prompt + the longest completion);
+    the trainer packs its passes up to it (``selfplay/train.py``)."""
+    return TokenBudget.of(cfg.policy.train_micro_batch, cfg.policy.max_prompt_tokens, longest_completion(cfg))
 
 
 def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
@@ -32,14 +46,14 @@ def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
     holds every adapter's weights but only the optimizer states of the members it trains, so the
     single-rank plan is the upper bound.
     """
-    p, pop, sp = cfg.policy, cfg.population, cfg.selfplay
+    p, pop = cfg.policy, cfg.population
     device = str(p.device)
     if device == "auto":  # vLLM runs on CUDA only; HF where the backend would put it
         import torch
 
         device = "cuda" if p.engine == "vllm" or torch.cuda.is_available() else "cpu"
     dtype = p.dtype if p.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
-    new_tokens = max(sp.teacher_sampling.max_new_tokens, sp.student_sampling.max_new_tokens)
+    new_tokens = longest_completion(cfg)
     return PlanInputs(
         shape=model_shape(p.model),
         engine=p.engine,

@@ -51,7 +51,10 @@ class PlanInputs:
     adapters: int = 8  # resident adapters (population members)
     lora_rank: int = 32
     lora_targets: tuple[str, ...] = PROJECTIONS
-    micro_batch: int = 8  # sequences per training forward
+    # the trainer's token budget per pass, in sequences of prompt_tokens + new_tokens: passes are
+    # packed up to micro_batch x (prompt + completion) padded tokens and micro_batch x new_tokens
+    # completion tokens (rl/packing.py), so these figures bound every pass
+    micro_batch: int = 8
     # a typical teacher prompt (compact templates, K=6 seed references: 992-994 tokens measured with
     # the SmolLM2 tokenizer); plan_inputs plans run configs at policy.max_prompt_tokens instead
     prompt_tokens: int = 1024

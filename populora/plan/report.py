@@ -36,11 +36,11 @@ def describe(plan: Plan) -> dict[str, str]:
             + (f" + {p.adapter_dtype} compute copies" if p.adapter_dtype != "float32" else "")
         ),
         "activations": (
-            f"{p.micro_batch} x {tokens} tokens x {s.layers} layers ({d['layer_kib_per_token']:.1f} KiB/token/layer); "
+            f"a pass of <= {p.micro_batch} x {tokens} = {p.micro_batch * tokens} padded tokens (packed) x {s.layers} layers ({d['layer_kib_per_token']:.1f} KiB/token/layer); "
             f"checkpointing {_on(p.gradient_checkpointing)} (on: {ckpt:.1f}, off: {plain:.1f})"
         ),
         "logits": (
-            f"{p.micro_batch * p.new_tokens} completion tokens, chunks of {p.logits_chunk} "
+            f"<= {p.micro_batch * p.new_tokens} completion tokens a pass, chunks of {p.logits_chunk} "
             f"(one [B, T, V] float32 log-softmax would keep {d['logits_unchunked_gib']:.1f})"
         ),
         "cuda_context": "CUDA contexts (estimate)" if p.device.startswith("cuda") else "none on CPU",

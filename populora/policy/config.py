@@ -114,8 +114,13 @@ class PolicyConfig:
     ``model``: ``tiny``, ``smollm2-135m``, a local directory or a Hugging Face id.
     ``device``/``dtype``: ``auto`` = CUDA bf16 if a GPU is present, else CPU float32.
     ``max_batch_size``: rows (prompts x n) decoded together by the HF engine.
-    ``train_micro_batch``: sequences per forward/backward pass of the trainer (gradients of the
-    micro-batches of one update are accumulated: it bounds memory, not the batch).
+    ``train_micro_batch``: the trainer's memory bound per forward/backward pass, in sequences of the
+    longest prompt plus the longest completion (gradients of the micro-batches of one update are
+    accumulated: it bounds memory, not the batch).
+    ``train_packing``: sort an update's sequences by length and pack each pass up to that bound in
+    tokens (``rl/packing.py``: short sequences go many to a pass, long ones share a pass with
+    similar lengths); off = ``train_micro_batch`` sequences at a time in batch order. Same gradients
+    either way, within float rounding.
     ``gradient_checkpointing``: recompute layer activations in backward (needed at 7B scale).
     ``adapter_dtype``: the LoRA layers' compute dtype; ``auto`` = the base's dtype (bf16 on GPU), so
     a LoRA layer saves no float32 copy of its input for backward. Float32 master weights are kept
@@ -123,7 +128,8 @@ class PolicyConfig:
     ``logits_chunk``: completion tokens per chunk of the training log-prob tail (vocabulary
     projection, log-softmax, entropy; ``chunked_logprobs.py``): bounds that tail's memory to
     ``logits_chunk x vocab`` floats instead of ``[B, T, vocab]``.
-    ``cpu_threads``: torch's intra-op threads on CPU; 0 = torch's default. With several threads,
+    ``cpu_threads``: torch's intra-op threads on CPU; 0 = this rank's share of the cores the process
+    may run on (its affinity: Slurm's allocation, ``taskset``; not the machine's count). With several threads,
     OpenMP spin-waiting makes generation 20x slower as soon as anything else (the sandbox, another
     job) uses the cores (measured: 2 s with 1 thread vs 40-58 s with 2 on a loaded 2-core machine).
     """
@@ -138,6 +144,7 @@ class PolicyConfig:
     # reference programs stays well under it.
     max_prompt_tokens: int = 4096
     train_micro_batch: int = 8
+    train_packing: bool = True
     gradient_checkpointing: bool = False
     adapter_dtype: str = "auto"
     # ours: 512 tokens x 152k vocab x 4 B = 0.3 GiB per chunk for Qwen2.5; the plan measures the rest
@@ -159,7 +166,7 @@ class PolicyConfig:
               f"must be one of {list(DTYPES)}, got {self.adapter_dtype!r}")
         _need(_int(self.logits_chunk) and self.logits_chunk >= 1, "policy.logits_chunk",
               f"must be an integer >= 1, got {self.logits_chunk!r}")
-        _need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = torch's default), got {self.cpu_threads}")
+        _need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = this rank's share of its cores), got {self.cpu_threads}")
         if isinstance(self.lora, Mapping):
             self.lora = LoraSpec(**self.lora)
         if isinstance(self.vllm, Mapping):

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import warnings
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 
 import torch
 
+from populora.distributed.env import cpu_share
 from populora.policy.adapters import AdapterMismatchError, AdapterWeights, check_uniform_rank
 from populora.policy.base import (
     GenerationRequest,
@@ -60,8 +62,7 @@ class HFBackend(PolicyBackend):
 
             adamw = RLConfig().adamw_kwargs()
         self.adamw = dict(adamw)
-        if self.config.cpu_threads > 0:
-            torch.set_num_threads(self.config.cpu_threads)
+        torch.set_num_threads(self.config.cpu_threads or cpu_share(os.environ))
         if model is None:
             from populora.policy.models import load_base
 

@@ -52,6 +52,7 @@ from populora.diagnostics.complexity import complexity_metrics
 from populora.distributed import placement as place
 from populora.distributed.comm import Comm, LocalComm
 from populora.distributed.env import available_cpus, local_cuda_index, rank_cpu_budget
+from populora.plan.inputs import longest_completion
 from populora.policy import make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
@@ -61,7 +62,7 @@ from populora.population.members import LineageLog, Member, founder_record, foun
 from populora.sandbox import Sandbox
 from populora.selfplay import stages
 from populora.selfplay.budget import Usage, budget_for
-from populora.selfplay.train import MemberGroup, train_member
+from populora.selfplay.train import MemberGroup, micro_batching, train_member
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.seeds import generate_seed_buffers
 from populora.tasks.validation import ValidationConfig
@@ -98,7 +99,8 @@ class SelfPlay:
         workers = cfg.sandbox.workers or rank_cpu_budget(available_cpus(), self.comm.local_world, os.environ)
         limits = dataclasses.replace(cfg.sandbox, max_output_chars=cfg.tasks.max_output_chars, workers=workers)
         self.sandbox = Sandbox(limits=limits, workers=workers)
-        longest = max(cfg.selfplay.teacher_sampling.max_new_tokens, cfg.selfplay.student_sampling.max_new_tokens)
+        longest = longest_completion(cfg)
+        self.micro_batching = micro_batching(cfg)  # the trainer's passes, packed to the memory plan's bound
         context = EngineContext(seed=engine_seed(cfg.seed, self.comm.rank), rank=self.comm.rank,
                                 local_rank=self.comm.local_rank, local_world=self.comm.local_world)
         self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs(),
@@ -339,7 +341,7 @@ class SelfPlay:
                 continue
             group = MemberGroup(self.comm, ranks) if len(ranks) > 1 else None
             stats = train_member(self.backend, self.members[mid].adapter, batch, self.cfg.rl,
-                                 self.cfg.policy.train_micro_batch, group)
+                                 self.micro_batching, group)
             if self.comm.rank == ranks[0]:
                 local[mid] = stats
         merged: dict[str, dict] = {}

@@ -126,11 +126,11 @@ def train(
     An ``EngineFailure`` ends the run on every rank: summary.json says ``failed: <cause>``, the last
     checkpoint is left as it was, and the error is raised to the caller.
     """
-    from populora.distributed.env import init_comm, narrow_visible_devices, rank_env
+    from populora.distributed.env import before_cuda, init_comm, rank_env
     from populora.selfplay.loop import SelfPlay  # heavy imports (torch, transformers) only here
 
     env = env or rank_env()
-    narrow_visible_devices(env)  # one GPU per rank, before CUDA starts (a no-op when already narrowed)
+    before_cuda(env)  # one GPU per rank and the allocator's settings, before CUDA starts (idempotent)
     comm = init_comm(_comm_device(config_file, list(overrides), run_dir, resume),
                      _peek_timeout(config_file, list(overrides), run_dir, resume), env)
     try:

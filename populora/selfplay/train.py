@@ -3,8 +3,10 @@
 Advantages are computed per role with the role's estimator (``rl.teacher_estimator`` /
 ``rl.student_estimator``; the baseline agent has sequences of both roles and each role keeps its
 own estimator). The loss is summed over micro-batches whose losses add up to the full-batch loss
-(``denominator``), then ONE optimizer step is taken. If the loss or the updated weights are not
-finite, the adapter is put back to its weights before the update, its optimizer state is reset,
+(``denominator``), then ONE optimizer step is taken. Micro-batches are length-sorted and packed
+up to the memory plan's token budget (``rl/packing.py``; ``policy.train_packing: false`` takes
+``policy.train_micro_batch`` sequences in batch order instead). If the loss or the updated weights
+are not finite, the adapter is put back to its weights before the update, its optimizer state is reset,
 and the step is flagged in the metrics (``train/<id>/nan_restored``).
 """
 
@@ -12,13 +14,16 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import torch
 
+from populora.plan.inputs import train_budget
 from populora.policy.base import PolicyBackend
 from populora.rl.advantages import role_advantages
 from populora.rl.config import RLConfig
 from populora.rl.losses import behaviour_logprobs, policy_loss
+from populora.rl.packing import TokenBudget, in_order, pack
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,27 @@ def _denominator(batch, aggregation: str) -> float:
     return float(len(batch) * max(1, max(len(s.completion_ids) for s in batch)))
 
 
+@dataclass(frozen=True)
+class MicroBatching:
+    """How one update's sequences are split into forward/backward passes: packed up to ``budget``
+    (longest first), or ``micro_batch`` at a time in batch order when ``packed`` is off."""
+
+    budget: TokenBudget
+    micro_batch: int
+    packed: bool = True
+
+    def split(self, seqs) -> list[list[int]]:
+        """Positions in ``seqs`` (records with ``prompt_ids`` and ``completion_ids``), one list per pass."""
+        if not self.packed:
+            return in_order(len(seqs), self.micro_batch)
+        return pack([(len(s.prompt_ids), len(s.completion_ids)) for s in seqs], self.budget)
+
+
+def micro_batching(cfg) -> MicroBatching:
+    """The run's micro-batching: the memory plan's bound (``plan.inputs.train_budget``) and the policy's knobs."""
+    return MicroBatching(train_budget(cfg), cfg.policy.train_micro_batch, cfg.policy.train_packing)
+
+
 class MemberGroup:
     """The ranks that train one member together (a member whose group spans several ranks).
 
@@ -70,10 +96,12 @@ class MemberGroup:
         return out
 
     def sum_grads(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the group's gradients in float32 (a bf16 sum over 8 ranks would round at every add);
+        each parameter's gradient is rounded to its own dtype once, after the sum."""
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        flat = torch.cat([p.grad.reshape(-1).float() for p in params])
         self.comm.sum_in(self.ranks, flat)
         at = 0
         for p in params:
@@ -82,22 +110,18 @@ class MemberGroup:
             at += n
 
 
-def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micro_batch: int,
-                 group: MemberGroup | None = None) -> dict:
-    """Advantages, loss over micro-batches of ``micro_batch`` sequences, one optimizer step.
-
-    With a ``group`` (several ranks train this member) this rank computes the loss of its share of
-    the batch only; advantages and the loss denominator are those of the whole batch, so the summed
-    gradients are the whole batch's. Returns stats (stable names), the same on every rank of a group.
-    """
-    adv = advantages_of(batch, rl)
-    before = backend.get_weights(adapter)
-    mbs = max(1, micro_batch)
+def accumulate_gradients(backend: PolicyBackend, adapter: str, batch, adv: torch.Tensor, rl: RLConfig,
+                         micro_batches: MicroBatching, group: MemberGroup | None = None) -> dict[str, float]:
+    """The backward half of an update: the loss of this rank's share of ``batch`` (all of it without
+    a ``group``), pass by pass, each pass divided by the WHOLE batch's denominator, so the gradients
+    left on ``adapter``'s parameters are the same whatever the grouping. Returns the summed loss
+    (``loss/total``) and per-sequence-weighted statistics of this rank; stops before a backward
+    once the loss is not finite."""
     denom = _denominator(batch, rl.aggregation)
     mine = group.share(len(batch)) if group is not None else list(range(len(batch)))
     totals: dict[str, float] = {"loss/total": 0.0}
-    for start in range(0, len(mine), mbs):
-        idx = mine[start:start + mbs]
+    for part in micro_batches.split([batch[i] for i in mine]):
+        idx = [mine[k] for k in part]
         seqs = [batch[i] for i in idx]
         tl = backend.completion_logprobs(
             adapter, [s.prompt_ids for s in seqs], [s.completion_ids for s in seqs],
@@ -112,8 +136,22 @@ def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micr
         for name, v in stats.items():
             totals[name] = totals.get(name, 0.0) + float(v) * len(idx)
         if not math.isfinite(totals["loss/total"]):
-            break  # the update is dropped below; no backward through a broken graph
-        loss.backward()  # gradients accumulate over micro-batches; one optimizer step below
+            break  # the update is dropped by the caller; no backward through a broken graph
+        loss.backward()  # gradients accumulate over micro-batches
+    return totals
+
+
+def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micro_batches: MicroBatching,
+                 group: MemberGroup | None = None) -> dict:
+    """Advantages, loss over the micro-batches ``micro_batches`` makes, one optimizer step.
+
+    With a ``group`` (several ranks train this member) this rank computes the loss of its share of
+    the batch only; advantages and the loss denominator are those of the whole batch, so the summed
+    gradients are the whole batch's. Returns stats (stable names), the same on every rank of a group.
+    """
+    adv = advantages_of(batch, rl)
+    before = backend.get_weights(adapter)
+    totals = accumulate_gradients(backend, adapter, batch, adv, rl, micro_batches, group)
     if group is not None:
         totals = group.sum_stats(totals)
     total_loss = totals.pop("loss/total")
