@@ -207,7 +207,8 @@ def expand_runs(spec: SweepSpec) -> list[RunSpec]:
                                                itertools.product(*(spec.grid[k] for k in keys))):
         name = f"{pop}-s{seed}" + "".join(f"-{k.split('.')[-1]}{_value_text(v)}" for k, v in zip(keys, values))
         name = re.sub(r"[^A-Za-z0-9._=-]", "_", name)
-        overrides = (*spec.overrides, *spec.populations[pop], f"{spec.seed_key}={seed}",
+        overrides = (*spec.overrides, f"run.wandb_group={spec.name}", f"run.wandb_name={name}",
+                     *spec.populations[pop], f"{spec.seed_key}={seed}",
                      *(f"{k}={_value_text(v)}" for k, v in zip(keys, values)))
         runs.append(RunSpec(name, overrides, spec.gpus.get(pop)))
     names = [r.name for r in runs]

@@ -106,6 +106,14 @@ class RunConfig:
     # the slowest phase imbalance between ranks of a 7B step (one rank still generating while another
     # waits), short enough that a lost rank does not hold a node for hours.
     collective_timeout_s: float = 1800.0
+    # Weights & Biases beside TensorBoard (the optional `wandb` extra): off | offline | online. The run id
+    # is kept in RUN_DIR/wandb_id, so a resumed or requeued run writes to the same W&B run; W&B's own
+    # files go to RUN_DIR/wandb/. Project / group / name: a sweep sets group = the sweep's name and
+    # name = the run's name; empty: project "populora", no group, name = the config's `name`.
+    wandb: str = "off"
+    wandb_project: str = ""
+    wandb_group: str = ""
+    wandb_name: str = ""
 
 
 @dataclass
@@ -200,6 +208,16 @@ def config_from_yaml_text(text: str) -> Config:
     return cfg
 
 
+WANDB_MODES = ("off", "offline", "online")
+
+
+def wandb_mode(value: object) -> str | None:
+    """``run.wandb`` as one of WANDB_MODES (YAML reads a bare ``off`` as false); None when invalid."""
+    text = str(value).strip().lower()
+    text = {"false": "off", "no": "off", "none": "off", "": "off"}.get(text, text)
+    return text if text in WANDB_MODES else None
+
+
 def _need(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"key {key!r}: {msg}")
@@ -276,6 +294,7 @@ def validate(cfg: Config) -> None:
     _need(cfg.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
     _need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
     _need(cfg.run.collective_timeout_s > 0, "run.collective_timeout_s", "must be > 0")
+    _need(wandb_mode(cfg.run.wandb) is not None, "run.wandb", f"must be off, offline or online, got {cfg.run.wandb!r}")
     _need(cfg.sandbox.max_output_chars in (SandboxLimits.max_output_chars, t.max_output_chars),
           "sandbox.max_output_chars", f"a run takes it from tasks.max_output_chars ({t.max_output_chars}): set that key")
 

@@ -6,7 +6,9 @@ They never change meaning between versions; new metrics get new names (CleanRL's
 Values under ``time/`` are wall-clock measurements and are the only ones that differ between two
 runs of the same config and seed.
 
-TensorBoard event files are written too when the ``tensorboard`` package is installed.
+TensorBoard event files are written too when the ``tensorboard`` package is installed, and any
+further sinks (``log(step, row)`` / ``close()``: Weights & Biases, ``populora.selfplay.wandb_log``)
+receive every row after it is on disk.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ def _clean(v):
 class MetricsLog:
     """Append-only ``metrics.jsonl`` (plus TensorBoard when available)."""
 
-    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True):
+    def __init__(self, run_dir: str | os.PathLike, tensorboard: bool = True, sinks: Iterable = ()):
         self.path = Path(run_dir) / "metrics.jsonl"
+        self.sinks = [x for x in sinks if x is not None]
         self._tb = None
         if tensorboard:
             try:
@@ -58,6 +61,8 @@ class MetricsLog:
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                     self._tb.add_scalar(k, v, step)
             self._tb.flush()
+        for sink in self.sinks:
+            sink.log(step, row)
 
     def truncate_after(self, step: int) -> None:
         """Drop lines of steps after ``step`` (written before a crash, redone after resume).
@@ -69,6 +74,8 @@ class MetricsLog:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict]:

@@ -12,7 +12,8 @@ Run directory layout (``runs/<name>/``)::
     examples.jsonl     a few tasks per step with their verdicts (for humans)
     tasks.jsonl        every valid task, with its step and teacher (for the diagnostics)
     checkpoints/       atomic checkpoints (see populora.checkpoint)
-    adapters/<id>/     final adapters as PEFT directories (vLLM-loadable)
+    adapters/<id>/     final adapters of the current members as PEFT directories (vLLM-loadable);
+                       folders of members replaced since are removed (weights in checkpoints/)
     members.json       the final members: id, role, adapter_dir, rating
     summary.json       written when the run ends (finished or interrupted)
 """
@@ -23,6 +24,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -34,10 +36,11 @@ from populora.config import Config, ConfigError, config_from_yaml_text, load_con
 from populora.jsonl import JsonlError, read_json_object, step_of, truncate_jsonl_files
 from populora.policy.engine import EngineFailure
 from populora.selfplay.metrics import MetricsLog, read_metrics
+from populora.selfplay.wandb_log import open_wandb, require_wandb
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
 RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard",
-                  "run.collective_timeout_s")
+                  "run.collective_timeout_s", "run.wandb")
 # JSON-lines files of a run, one row per record with its step: cut back to the checkpoint on resume.
 RUN_LOGS = ("metrics.jsonl", "lineage.jsonl", "examples.jsonl", "tasks.jsonl")
 
@@ -155,8 +158,11 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
         return value
     ckpt = checkpoint.load_checkpoint(value, verified=True) if kind == "from" else None
     start = ckpt.step if ckpt else 0
+    if resume and comm.is_main:
+        print(resume_line(rd, start, cfg.selfplay.steps, ckpt.path if ckpt else None), file=sys.stderr, flush=True)
     summary_file = rd / "summary.json"
-    metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard) if comm.is_main else None
+    require_wandb(cfg)  # on every rank: a missing package stops them all before anything starts
+    metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard, sinks=[open_wandb(cfg, rd)]) if comm.is_main else None
 
     stop = StopFlag()
     old_handlers = stop.install() if handle_signals else {}
@@ -197,7 +203,10 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
         sp.export_final(rd)
         summary = sp.summary(status)
         if comm.is_main:
+            prune_adapters(rd)
             _write_json(summary_file, summary)
+            if status != "finished":
+                print(stop_line(rd, sp.step_done, status), file=sys.stderr, flush=True)
         comm.barrier()
         return summary
     except EngineFailure as e:  # raised on every rank together (loop._generate_shared): no collective here
@@ -211,6 +220,38 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
             metrics.close()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
+
+
+def resume_line(rd: Path, start: int, steps: int, ckpt_path: Path | None) -> str:
+    """What a resume says first: the step it continues from and the checkpoint it read."""
+    if ckpt_path is None:
+        return f"resuming {rd}: no checkpoint was due yet, starting again from step 0 of {steps}"
+    return f"resuming {rd} from step {start} of {steps} (checkpoint {ckpt_path})"
+
+
+def stop_line(rd: Path, step: int, status: str) -> str:
+    """What an interrupted run says last: where it stopped and the command that continues it."""
+    return f"{status}: stopped after step {step} with a checkpoint; continue with `populora train --resume {rd}`"
+
+
+def prune_adapters(rd: Path) -> list[str]:
+    """Remove ``adapters/<id>/`` folders of members no longer in ``members.json`` (replaced by evolution
+    while a run was interrupted and resumed); their weights stay in the checkpoints and their story in
+    ``lineage.jsonl``. Returns the removed ids."""
+    import shutil
+
+    try:
+        members = json.loads((rd / "members.json").read_text())
+    except (OSError, ValueError):
+        return []  # no (readable) member list: nothing is known to be stale
+    adapters = rd / "adapters"
+    if not isinstance(members, list) or not adapters.is_dir():
+        return []
+    keep = {m.get("id") for m in members if isinstance(m, dict)}
+    removed = sorted(p.name for p in adapters.iterdir() if p.is_dir() and p.name not in keep)
+    for name in removed:
+        shutil.rmtree(adapters / name)
+    return removed
 
 
 def _write_json(path: Path, data) -> None:
