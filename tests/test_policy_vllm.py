@@ -289,7 +289,9 @@ def test_vllm_engine_publishes_new_versions_and_routes_per_prompt(monkeypatch, t
 
     calls = _install_recording_vllm(monkeypatch, version)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (70 * 2**30, 80 * 2**30))
+    # a started engine holds its share (0.45 of 80 GiB) on this rank's device
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: ((34 if calls["engines"] else 70) * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     for name in list(tiny_trainer.adapter_names()):
         tiny_trainer.remove_adapter(name)
@@ -435,3 +437,38 @@ def test_processes_started_in_the_block_are_immune_and_the_trainer_keeps_its_sig
         signal.signal(signal.SIGUSR2, old)
         child.kill()
         child.wait()
+
+
+def test_an_engine_whose_memory_went_to_another_gpu_is_refused():
+    from populora.policy.vllm_engine import placement_problem
+
+    gib = 2**30
+    # 80 GiB GPU, share 0.45: the engine took 36 GiB of this rank's device
+    assert placement_problem(60 * gib, 24 * gib, 80 * gib, 0.45, "cuda:0") is None
+    # every rank's engine on physical GPU 0: this rank's device did not move
+    problem = placement_problem(60 * gib, 59.5 * gib, 80 * gib, 0.45, "cuda:0 (CUDA_VISIBLE_DEVICES=0,1,2,3)")
+    assert problem and "not on this rank's device cuda:0 (CUDA_VISIBLE_DEVICES=0,1,2,3)" in problem
+    assert "fell by 0.5 GiB, expected about 36.0 GiB" in problem and "--gpus-per-task=1" in problem
+
+
+def test_an_engine_started_on_another_gpu_stops_the_run(monkeypatch, tmp_path, tiny_trainer):
+    from populora.policy.base import GenerationRequest as Req
+    from populora.policy.base import SamplingParams
+    from populora.policy.engine import EngineFailure, Policy
+    from populora.policy.vllm_engine import VLLMEngine
+
+    calls = _install_recording_vllm(monkeypatch, "0.33.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (70 * 2**30, 80 * 2**30))  # nothing taken here
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    for name in list(tiny_trainer.adapter_names()):
+        tiny_trainer.remove_adapter(name)
+    cfg = tiny_trainer.config.replace(engine="vllm", vllm={"adapter_dir": str(tmp_path)}, max_prompt_tokens=64)
+    be = Policy(cfg, tiny_trainer, VLLMEngine(cfg, tiny_trainer, max_new_tokens=16))
+    be.add_adapter("t0", be.new_adapter_weights(seed=0))
+    for _ in range(2):  # refused, and not started a second time
+        with pytest.raises(EngineFailure, match=r"not on this rank's device cuda:0 \(CUDA_VISIBLE_DEVICES=0,1\)"):
+            be.generate([Req("x", "t0")], SamplingParams(max_new_tokens=4))
+    assert len(calls["engines"]) == 1 and be.engine._llm is None  # closed

@@ -81,6 +81,21 @@ BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on
 RESTORED_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LD_PRELOAD")
 
 
+def placement_problem(free_before: int, free_after: int, total: int, utilization: float, device: str) -> str | None:
+    """Why the engine's memory is not on this rank's device, or ``None``: a started engine holds
+    about ``utilization`` of its GPU, so the free memory of the trainer's device must have dropped by
+    at least half of that (ours: half leaves room for the trainer freeing cached blocks meanwhile).
+    Otherwise the engine took another GPU, which is what a rank that sees every GPU of the node gets
+    from vLLM (its engine process starts on local device 0)."""
+    taken = free_before - free_after
+    if taken >= 0.5 * utilization * total:
+        return None
+    return (f"started, but its memory is not on this rank's device {device}: free memory there fell by "
+            f"{taken / 2**30:.1f} GiB, expected about {utilization * total / 2**30:.1f} GiB "
+            f"(policy.vllm.gpu_memory_utilization={utilization}); each rank must see only its own GPU "
+            "(populora train narrows CUDA_VISIBLE_DEVICES; under srun ask for --gpus-per-task=1)")
+
+
 class VLLMEngineError(EngineFailure):
     """The installed vLLM or the device cannot do what the config asks; the message names the option."""
 
@@ -261,8 +276,10 @@ class VLLMEngine(GenerationEngine):
             max_loras += int(self.base_via_zero_adapter)
             kwargs = engine_kwargs(self.config, max_loras, self.max_model_len, available, vllm.__version__,
                                    self.platform, self.context.seed)
+            free_before = None
             if self.platform == "cuda":
                 self._check_free_memory(kwargs["gpu_memory_utilization"])
+                free_before = torch.cuda.mem_get_info()[0]
             env = engine_environment(self.context, self.platform, os.environ, sorted(os.sched_getaffinity(0)))
             try:
                 with _engine_start(env), self.watch.starting():
@@ -270,6 +287,13 @@ class VLLMEngine(GenerationEngine):
             except Exception as e:
                 self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {first_line(e)}")
                 raise self._start_failure from e
+            if free_before is not None:
+                free_after, total = torch.cuda.mem_get_info()
+                device = f"cuda:{torch.cuda.current_device()} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
+                if problem := placement_problem(free_before, free_after, total, kwargs["gpu_memory_utilization"], device):
+                    self._start_failure = EngineFailure(f"{self.name}: {problem}")
+                    self.close()
+                    raise self._start_failure
         return self._llm
 
     def process_ids(self) -> list[int]:
