@@ -85,6 +85,10 @@ def write_model_dir(name: str, path: Path) -> Path:
     tokenizer = tiny_tokenizer()
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>")}
     config.eos_token_id, config.pad_token_id = ids["<|im_end|>"], ids["<|endoftext|>"]
+    if not getattr(config, "architectures", None):  # a config built from the table names no class; vLLM needs one
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        config.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]]
     path.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(path)
     tokenizer.save_pretrained(path)
