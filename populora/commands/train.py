@@ -153,7 +153,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not (rd / "config.yaml").exists():
         print(f"populora status: {rd} is not a run directory (no config.yaml)", file=sys.stderr)
         return 2
-    return _print_or_fail("status", rd, code=2)
+    try:
+        return _print_or_fail("status", rd, code=2)
+    except BrokenPipeError:  # `populora status RUN | head -1`: the reader has what it wanted
+        return stdout_closed()
+
+
+def stdout_closed() -> int:
+    """Exit 0 after the reader of standard output went away: point stdout at /dev/null so that the
+    interpreter's last flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 def _print_or_fail(command: str, rd: Path, code: int = 1) -> int:
@@ -206,7 +220,11 @@ def print_summary(rd: Path) -> None:
     from populora.jsonl import read_json_object, read_jsonl
     from populora.selfplay.metrics import read_metrics
 
-    con = Console()
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:  # rich exits 1 here; the caller decides (status: exit 0)
+            raise BrokenPipeError
+
+    con = PipeConsole()
     rows = read_metrics(rd)
     summary = read_json_object(rd / "summary.json", what="run summary")
     events = read_jsonl(rd / "lineage.jsonl", what="lineage record")
@@ -229,7 +247,7 @@ def print_summary(rd: Path) -> None:
                           _fmt(last.get(f"student/{tt}/solve_rate")), _fmt(last.get(f"student/{tt}/format_rate")))
         con.print(t)
         members = sorted({k.split("/")[1] for k in last if k.startswith("member/")})
-        r = Table(title="members")
+        r = Table(title=f"members: values of the last step ({last.get('step')})")
         for col in ("member", "mu", "sigma", "valid rate", "solve rate", "sequences", "optimizer steps"):
             r.add_column(col)
         for mid in members:

@@ -16,6 +16,7 @@ Run directory layout (``runs/<name>/``)::
                        folders of members replaced since are removed (weights in checkpoints/)
     members.json       the final members: id, role, adapter_dir, rating
     summary.json       written when the run ends (finished or interrupted)
+    train.log          warnings and library logs of the run (kept out of the progress display)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from populora.config import Config, ConfigError, config_from_yaml_text, load_con
 from populora.jsonl import JsonlError, read_json_object, step_of, truncate_jsonl_files
 from populora.policy.engine import EngineFailure
 from populora.selfplay.metrics import MetricsLog, read_metrics
+from populora.selfplay.run_log import route_library_output
 from populora.selfplay.wandb_log import open_wandb, require_wandb
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
@@ -166,6 +168,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
 
     stop = StopFlag()
     old_handlers = stop.install() if handle_signals else {}
+    restore_output = route_library_output(rd) if comm.is_main else (lambda: None)
     sp = SelfPlay(cfg, rd, comm)
     status = "finished"
     try:
@@ -218,6 +221,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
         sp.close()
         if metrics is not None:
             metrics.close()
+        restore_output()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
 
