@@ -243,3 +243,55 @@ def test_retiring_server_is_replaced(monkeypatch):
         outs = box.run_many([HONEST] * 12)
         assert all(o.ok for o in outs), {o.reason for o in outs}
         assert not before & set(box.server_pids())  # the first server was closed and replaced
+
+
+# --- issue 22, item 4: nothing of the previous job in the fork server; oversized results -------
+PREVIOUS_JOB_SCAN = """
+import sys
+def f(x):
+    seen, frame = [], sys._getframe().f_back
+    while frame is not None:
+        if not frame.f_code.co_filename.endswith('server.py'):
+            frame = frame.f_back
+            continue
+        for name, value in list(frame.f_locals.items()):
+            seen.append(name)
+            seen.append(repr(value)[:2000])
+            if name == 'server':
+                seen.append(repr(vars(value))[:20000])
+                for cap in (value.res, value.out):
+                    seen.append(repr({k: v for k, v in vars(cap).items() if k != 'buf'}))
+        frame = frame.f_back
+    return ' '.join(seen)
+"""
+
+
+@pytest.mark.slow
+def test_no_value_of_the_previous_job_in_the_fork_server():
+    needs_full()
+    size = 7919  # a prime no other number in the server should happen to be
+    previous = Program(f"def f(x):\n    print('x' * {size - 1})\n    return 'y' * 991", calls=("0",))
+    limits = SandboxLimits(wall_seconds=10.0, cpu_seconds=8, memory_mb=512, max_output_chars=200_000)
+    with Sandbox(limits=limits, workers=1) as box:
+        first, scan = box.run_many([previous, Program(PREVIOUS_JOB_SCAN, calls=("0",))])
+    assert first.ok and len(first.stdout) == size, first
+    assert scan.ok, scan
+    text = eval(scan.values[0])
+    assert "server" in text  # the walk reached the fork server's frames
+    for leak in (str(size), "'cpu'", "'res_overflow'", "'res_too_large'", "'exit'"):
+        assert leak not in text, leak
+    assert "'size': 0" in text and "'cap': 0" in text  # the capture buffers were wiped
+
+
+@pytest.mark.slow
+def test_a_result_too_large_for_one_answer_is_output_too_large():
+    needs_full()
+    from populora.sandbox.server import MAX_RESULT_BYTES
+
+    limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=15, memory_mb=2048, max_output_chars=30_000_000)
+    chars = MAX_RESULT_BYTES // 4 + 1000  # two values of 2 UTF-8 bytes a character: over the cap
+    big = Program(f"def f(x):\n    return '\\u00e9' * {chars}", calls=("0", "1"))
+    with Sandbox(limits=limits, workers=1) as box:
+        out = box.run(big)
+        assert (out.status, out.reason) == ("output_too_large", "output_too_large"), out
+        assert_honest_after(box, 3)

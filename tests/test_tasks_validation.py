@@ -54,13 +54,25 @@ def test_one_batch_with_two_replicas(sandbox):
         io("import os\ndef f(x):\n    return x", "1")
     ]
     vs = validate_many(props, rec)
-    assert len(rec.batches) == 1  # all executions in ONE run_many call
-    batch = rec.batches[0]
-    assert len(batch) == 10  # 5 runnable proposals x 2 replicas; the banned one never runs
-    assert sorted(p.replica for p in batch) == [0] * 5 + [1] * 5
+    # one run_many per replica, replica 1 after replica 0 has returned (never at the same time)
+    assert len(rec.batches) == 2
+    assert [p.replica for p in rec.batches[0]] == [0] * 5  # 5 runnable proposals; the banned one never runs
+    assert [p.replica for p in rec.batches[1]] == [1] * 5
     assert [v.valid for v in vs] == [True] * 5 + [False]
     assert validate_many([io("import os\ndef f(x):\n    return x", "1")], rec)[0].reason == "banned:os"
-    assert len(rec.batches) == 1  # nothing to run -> no sandbox call
+    assert len(rec.batches) == 2  # nothing to run -> no sandbox call
+    together = RecordingSandbox(sandbox)
+    validate_many(props, together, ValidationConfig(replicas_in_turn=False))
+    assert len(together.batches) == 1 and len(together.batches[0]) == 10  # the old layout, for benchmarks
+
+
+def test_replica_turns_group_each_execution():
+    from populora.tasks.validation import replica_turns
+
+    assert replica_turns(6, 2) == [[0, 2, 4], [1, 3, 5]]
+    assert replica_turns(0, 2) == [[], []]
+    with pytest.raises(ValueError):
+        replica_turns(5, 2)
 
 
 def test_second_def_helpers_and_classes_allowed(sandbox):
@@ -200,7 +212,7 @@ def test_code_f_outputs_must_not_depend_on_earlier_calls(sandbox):
     assert ok.valid and ok.outputs == tuple(
         str(3 * i) for i in range(10)
     )  # state that does not change outputs is fine
-    first, second = rec.batches[0][:2]
+    first, second = rec.batches[0][0], rec.batches[1][0]  # replica 0's turn, then replica 1's
     assert second.calls == first.calls[::-1] and (first.replica, second.replica) == (0, 1)
 
 

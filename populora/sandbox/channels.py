@@ -55,8 +55,10 @@ class Capture:
         return memoryview(self.buf)[: self.size]
 
     def wipe(self) -> None:
+        """Zero what the last program sent and forget its size, cap and overflow: nothing of one
+        job is left here when the next child is forked."""
         self.buf[: self.size] = bytes(self.size)
-        self.size = 0
+        self.size, self.cap, self.overflow = 0, 0, False
 
 
 def read_memfd(fd: int) -> bytes:

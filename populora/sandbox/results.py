@@ -135,6 +135,10 @@ def classify(answer: dict, res: bytes, out: bytes, token: str, expected_values: 
                 "setup_failed", f"the child could not be confined; the program did not run: {stdout}"
             )
             stdout = ""
+        elif code == 0 and answer.get("res_too_large"):
+            outcome = Outcome(
+                OUTPUT_TOO_LARGE, "output_too_large", detail="the result is larger than one answer may be"
+            )
         elif code != 0 or not res:
             outcome = Outcome(
                 CRASHED, f"crashed:exit_{code}", detail=f"exited without a result (exit status {code})"

@@ -54,6 +54,9 @@ PRELOAD = (
 ).split()
 
 SETUP_FAILED = 121  # exit code of a child whose confinement failed (the program never ran)
+# ours: a result frame and the output travel in one answer the caller reads up to
+# protocol.MAX_CONTROL_FRAME bytes each; 1 MiB of room below it for the headers
+MAX_RESULT_BYTES = protocol.MAX_CONTROL_FRAME - (1 << 20)
 
 
 class Server:
@@ -63,7 +66,6 @@ class Server:
         self.report = report
         self.uid = config.get("uid") if mode in ("full", "uid") else None
         self.req = req  # watched during each program: a hang-up means the caller is gone
-        self.seq = 0
         self.name = f"lane{config['lane']}-replica{config['replica']}"  # servers may share a scratch root
         self.scratch_root = config["scratch"]
         self.scratch_bytes = max(16 << 20, 8 * int(self.limits["max_file_bytes"]))
@@ -84,12 +86,11 @@ class Server:
     def run(self, job: dict, body: int) -> tuple[dict, memoryview, memoryview, str | None]:
         """Run the job whose body is in the memfd ``body``: (answer header, result bytes, output
         bytes, why this server must retire or None). The two views are zeroed by the caller."""
-        self.seq += 1
         if self.tmpfs:
             workdir = isolation.WORK_DIR
             isolation.mount_scratch(self.uid, self.scratch_bytes)
-        else:
-            workdir = os.path.join(self.scratch_root, f"{self.name}-job{self.seq}")
+        else:  # a random name, not a counter: a program learns nothing of the jobs before it
+            workdir = os.path.join(self.scratch_root, f"{self.name}-job-{os.urandom(8).hex()}")
             os.mkdir(workdir, 0o700)
             if self.uid is not None:
                 os.chown(workdir, self.uid, self.uid)
@@ -162,7 +163,9 @@ class Server:
     def _supervise(self, job: dict, pid: int, r_res: int, r_out: int, start: float):
         limits = self.limits
         deadline = start + float(limits["wall_seconds"])
-        res_cap = 4096 + int(job["calls"]) * (4 * int(limits["max_output_chars"]) + 8)
+        # the largest frame the limits allow, but never more than the caller accepts in one answer:
+        # a larger result is output_too_large (results.classify), not a broken pipe
+        res_cap = min(4096 + int(job["calls"]) * (4 * int(limits["max_output_chars"]) + 8), MAX_RESULT_BYTES)
         out_cap = 4 * int(limits["max_stdout_chars"]) + 4
         res, out = self.res.reset(res_cap), self.out.reset(out_cap)
         pidfd = os.pidfd_open(pid)
@@ -205,6 +208,9 @@ class Server:
         if timed_out:
             os.kill(pid, signal.SIGKILL)
         _, status, usage = os.wait4(pid, 0)
+        too_large = res.overflow and res.cap == MAX_RESULT_BYTES
+        if too_large:
+            res.wipe()  # not sent: the caller reports output_too_large from the flag alone
         answer = {
             "seconds": time.monotonic() - start,
             "cpu": usage.ru_utime + usage.ru_stime,
@@ -212,6 +218,7 @@ class Server:
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "res_overflow": res.overflow,
+            "res_too_large": too_large,
             "res": res.size,
             "out": out.size,
         }
@@ -280,6 +287,36 @@ def _make_finish(token: str, out, err):
     return finish
 
 
+def answer_one(server: Server, job: dict, body: int, resp: int) -> bool:
+    """Run one job and send its answer; False when the server must retire.
+
+    Every per-job value (the answer header: sizes, CPU time, exit status; the views of the
+    result and output) lives in this frame, which has returned before the next child is forked,
+    and the two capture buffers are wiped: a program that walks up to the server's frames finds
+    nothing of the job before it.
+    """
+    res = out = None
+    try:
+        answer, res, out, retire = server.run(job, body)
+    except channels.CallerGone:
+        raise
+    except Exception as exc:  # a server-side failure: this program's crash, and we retire
+        answer = {"id": job.get("id"), "error": repr(exc)[:300], "res": 0, "out": 0}
+        retire = f"server error: {exc!r}"[:300]
+    answer["retire"] = retire
+    head = json.dumps(answer, separators=(",", ":")).encode()
+    parts = [protocol.HEADER.pack(len(head)) + head]
+    if res is not None:
+        parts += [res.view(), out.view()]
+    try:
+        protocol.writev_all(resp, parts)
+    finally:
+        del parts
+        server.res.wipe()
+        server.out.wipe()
+    return not retire
+
+
 def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
     for name in PRELOAD:
         try:
@@ -307,25 +344,11 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
                 except channels.CallerGone:
                     return  # the caller died while sending: nothing runs
             for job, body in zip(header["jobs"], bodies):  # back to back, one answer each, in order
-                res = out = None
                 try:
-                    answer, res, out, retire = server.run(job, body)
+                    if not answer_one(server, job, body, resp):
+                        return  # damaged: the caller starts a fresh server
                 except channels.CallerGone:
                     return  # run() has killed the program; in full mode our exit ends the namespace
-                except Exception as exc:  # a server-side failure: this program's crash, and we retire
-                    answer = {"id": job.get("id"), "error": repr(exc)[:300], "res": 0, "out": 0}
-                    retire = f"server error: {exc!r}"[:300]
-                answer["retire"] = retire
-                head = json.dumps(answer, separators=(",", ":")).encode()
-                parts = [protocol.HEADER.pack(len(head)) + head]
-                if res is not None:
-                    parts += [res.view(), out.view()]
-                protocol.writev_all(resp, parts)
-                if res is not None:
-                    res.wipe()
-                    out.wipe()
-                if retire:
-                    return  # damaged: the caller starts a fresh server
         finally:
             for fd in bodies:
                 os.close(fd)

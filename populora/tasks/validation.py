@@ -11,7 +11,8 @@ For each proposal, in order (the first failure is the reason):
    ``code_f_inputs`` distinct inputs (``duplicate_inputs``, ``too_few_inputs``; extra inputs beyond that
    number are dropped);
 4. the program runs on its inputs in TWO independently started processes (sandbox replicas 0 and 1,
-   different hash seeds and address layouts) within the limits; the kind turns each execution into
+   different hash seeds and address layouts), one after the other (replica 1 once every replica-0
+   execution of the batch has finished: ``run_replicas``), within the limits; the kind turns each execution into
    outputs or a reason (``timeout``, ``memory``, ``runtime_error:<Type>``, ``crashed:<detail>``...;
    code_e accepts a raised error, whose type is its output), and different outputs give
    ``nondeterministic``; with several inputs the second execution calls ``f`` on them in reverse order,
@@ -52,6 +53,10 @@ class ValidationConfig:
     code_f_inputs: int = 10
     code_f_shown: int = 5
     replicas: tuple[int, ...] = (0, 1)  # the determinism check compares these sandbox replicas
+    # each replica's executions start after the previous replica's have all finished, so no two
+    # executions that are compared ever run at the same time (docs/sandbox.md, "Determinism");
+    # False only to measure what that costs (populora bench executor --replicas-together)
+    replicas_in_turn: bool = True
     safety: SafetyConfig = field(default_factory=SafetyConfig)
 
 
@@ -133,6 +138,35 @@ def make_task(proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str
     return get_kind(proposal.type).make_task(proposal, inputs, outputs, kind_config(cfg))
 
 
+def replica_turns(n_programs: int, n_rep: int) -> list[list[int]]:
+    """Indices of ``n_programs`` programs laid out proposal by proposal, ``n_rep`` executions
+    each, grouped by execution: turn ``k`` holds every proposal's ``k``-th execution."""
+    if n_rep <= 0 or n_programs % n_rep:
+        raise ValueError(f"replica_turns: {n_programs} programs are not {n_rep} executions per proposal")
+    return [list(range(k, n_programs, n_rep)) for k in range(n_rep)]
+
+
+def run_replicas(sandbox, programs: Sequence, n_rep: int, in_turn: bool = True) -> list:
+    """Outcomes of ``programs`` (``n_rep`` executions per proposal, in order), in input order.
+
+    ``in_turn``: one ``run_many`` per turn (``replica_turns``), each starting once the previous
+    one has returned, so two executions that are compared never overlap in time and cannot
+    agree on a value through anything that lives only while they run (locks, watches, pipes,
+    sockets). Within a turn all workers stay busy. Without ``in_turn``, one ``run_many``.
+    """
+    turns = replica_turns(len(programs), n_rep) if in_turn else [list(range(len(programs)))]
+    outcomes: list = [None] * len(programs)
+    for turn in turns:
+        if not turn:
+            continue
+        got = sandbox.run_many([programs[i] for i in turn])
+        if len(got) != len(turn):
+            raise RuntimeError(f"validate_many: the sandbox returned {len(got)} outcomes for {len(turn)} programs")
+        for i, outcome in zip(turn, got):
+            outcomes[i] = outcome
+    return outcomes
+
+
 def validate_many(
     proposals: Sequence[Proposal], sandbox, cfg: ValidationConfig | None = None
 ) -> list[Verdict]:
@@ -155,12 +189,8 @@ def validate_many(
         for k, replica in enumerate(cfg.replicas):
             calls = replica_calls(inputs, k)
             programs.append(Program(proposal.program, entry=cfg.entry, calls=calls, replica=replica))
-    outcomes = sandbox.run_many(programs) if programs else []
-    if len(outcomes) != len(programs):
-        raise RuntimeError(
-            f"validate_many: the sandbox returned {len(outcomes)} outcomes for {len(programs)} programs"
-        )
     n_rep = len(cfg.replicas)
+    outcomes = run_replicas(sandbox, programs, n_rep, cfg.replicas_in_turn)
     for k, (i, inputs) in enumerate(runs):
         outs = outcomes[k * n_rep : (k + 1) * n_rep]
         seconds = max(o.seconds for o in outs)
