@@ -295,3 +295,63 @@ def test_a_result_too_large_for_one_answer_is_output_too_large():
         out = box.run(big)
         assert (out.status, out.reason) == ("output_too_large", "output_too_large"), out
         assert_honest_after(box, 3)
+
+
+# --- issue 22, item 2: nothing a program holds reaches the host or the other replica -----------
+HOST_REACH = """
+    d = os.path.dirname(os.__file__)
+    fd = os.open(d + '/os.py', os.O_RDONLY)
+    out = {}
+    def t(name, fn):
+        try:
+            fn()
+            out[name] = 'allowed'
+        except OSError as e:
+            out[name] = e.errno
+    import fcntl
+    t('flock', lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    t('posix_lock', lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB))
+    t('lease', lambda: fcntl.fcntl(fd, 1024, 0))
+    t('dnotify', lambda: fcntl.fcntl(os.open(d, os.O_RDONLY), 1026, 1))
+    t('pipe_size', lambda: fcntl.fcntl(os.pipe()[1], 1031, 1 << 20))
+    ctx = ctypes.c_ulong(0)
+    out['io_setup'] = (libc.syscall(206, 1, ctypes.byref(ctx)), ctypes.get_errno())
+    out['inotify'] = (libc.inotify_init1(0), ctypes.get_errno())
+    import resource
+    out['sigpending'] = resource.getrlimit(resource.RLIMIT_SIGPENDING)[0]
+    return out
+"""
+
+
+@pytest.mark.slow
+def test_locks_watches_and_aio_are_refused():
+    needs_full()
+    with Sandbox(limits=LIMITS, workers=1) as box:
+        out = box.run(ctypes_program(HOST_REACH))
+        assert out.ok, out
+        got = eval(out.values[0])
+        assert got == {
+            "flock": 1, "posix_lock": 1, "lease": 1, "dnotify": 1, "pipe_size": 1,
+            "io_setup": (-1, 1), "inotify": (-1, 1), "sigpending": 16,
+        }  # fmt: skip
+        assert_honest_after(box, 5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("without", [(), ("seccomp",)], ids=["seccomp", "turns-alone"])
+def test_replicas_cannot_agree_on_a_random_value(monkeypatch, without):
+    """Two copies of a program that agree through locks on runtime inodes: with the filter the locks
+    are refused; without it, replica 1 runs after replica 0 has finished and finds no partner."""
+    needs_full()
+    from populora.tasks import validation
+    from populora.tasks.records import Proposal
+
+    monkeypatch.setattr(validation, "check_program", lambda *a, **k: None)  # the sandbox alone
+    program = corpus_program("replicas_flock_agree").source
+    proposals = [Proposal(type="code_o", program=program, inputs=("0",)) for _ in range(2)]
+    with Sandbox(limits=LIMITS, workers=2, without=without) as box:
+        verdicts = validation.validate_many(proposals, box)
+        assert [v.valid for v in verdicts] == [False, False], verdicts
+        expected = "runtime_error:PermissionError" if not without else "nondeterministic"
+        assert {v.reason for v in verdicts} == {expected}
+        assert_honest_after(box, 5)

@@ -42,6 +42,9 @@ MNT_DETACH = 2
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
 
+# ours: queued signals a program may have pending (and POSIX timers it may create); programs need
+# none, CPython's own handlers use standard (non-queued) signals; 16 leaves room for a library's
+SIGPENDING = 16
 WORK_DIR = "/work"  # full mode: where each program's fresh tmpfs is mounted (in the server's root)
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
@@ -249,6 +252,9 @@ def confine_child(limits: dict, uid: int | None, own_ipc: bool = False, seccomp=
         (resource.RLIMIT_CORE, (0, 0)),
         (resource.RLIMIT_MEMLOCK, (0, 0)),
         (resource.RLIMIT_MSGQUEUE, (0, 0)),
+        # queued signals and POSIX timers (each preallocates one) are kernel memory outside
+        # RLIMIT_AS; the inherited limit is in the tens of thousands
+        (resource.RLIMIT_SIGPENDING, (SIGPENDING, SIGPENDING)),
     ):
         resource.setrlimit(what, value)
     if uid is not None:

@@ -90,6 +90,36 @@ DENIED = {
     "semtimedop": "System V semaphores",
     "semctl": "System V semaphores",
     "mq_open": "POSIX message queues",
+    # the host's shared tables and inodes: the runtime directories are bind mounts of host inodes,
+    # and some kernel limits are host-wide; what a program could hold or watch there reaches the
+    # host and lets two executions that are compared (determinism replicas) talk to each other
+    "io_setup": "AIO contexts count against the host-wide fs.aio-max-nr: the host's own AIO fails",
+    "io_destroy": "AIO",
+    "io_submit": "AIO",
+    "io_cancel": "AIO",
+    "io_getevents": "AIO",
+    "io_pgetevents": "AIO",
+    "inotify_init": "watching host directories (which files the caller opens; a channel between programs)",
+    "inotify_init1": "inotify",
+    "inotify_add_watch": "inotify",
+    "inotify_rm_watch": "inotify",
+    "fanotify_mark": "watching the file system",
+    "flock": "locks on host inodes of the runtime: blocks host processes, a channel between programs",
+}
+
+# fcntl commands denied (fcntl's second argument): record locks, leases and directory notification
+# on host inodes, for the reasons of flock and inotify above. Linux values (include/uapi/.../fcntl.h).
+FCNTL_DENIED = {
+    "F_GETLK": 5,
+    "F_SETLK": 6,
+    "F_SETLKW": 7,
+    "F_OFD_GETLK": 36,
+    "F_OFD_SETLK": 37,
+    "F_OFD_SETLKW": 38,
+    "F_SETLEASE": 1024,
+    "F_GETLEASE": 1025,
+    "F_NOTIFY": 1026,
+    "F_SETPIPE_SZ": 1031,  # pipes stay at the default 64 KiB: 64 descriptors hold at most 2 MiB
 }
 
 AF_UNIX = 1
@@ -143,6 +173,8 @@ def compile_filter() -> tuple[bytes, tuple[str, ...]]:
             deny(name)
         for name in ("socket", "socketpair"):  # AF_UNIX only: no IP, no vsock, no netlink...
             deny(name, sc.Arg(0, sc.NE, AF_UNIX))
+        for command in FCNTL_DENIED.values():
+            deny("fcntl", sc.Arg(1, sc.EQ, command))
         for flag in CLONE_NAMESPACE_FLAGS.values():
             deny("clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
         deny("clone3", action=sc.ERRNO(errno.ENOSYS))
