@@ -79,6 +79,9 @@ def compare(plan, measures: list[Measure]) -> tuple[ItemComparison, ...]:
             method = m.method
         elif item in UNSPLIT:
             method = "not measured alone: inside training_step"
+        elif item == "engine" and plan.inputs.engine == "hf":
+            method = ("not measured: the arms generate far fewer rows than the plan's max_batch_size "
+                      "x the longest prompt")
         else:
             method = "not measured"
         rows.append(ItemComparison(item, planned, gib, ratio(gib, planned), method))
