@@ -162,6 +162,10 @@ def test_plain_train_sbatch_requeues_and_resumes(tmp_path, reference_1t1s):
         time.sleep(2)
     assert "REQUEUED" in sacct_attempts(job_id), _log(tmp_path)
     assert "--resume" in _log(tmp_path) and "2 rank(s)" in _log(tmp_path)
+    assert "--gpus-per-task=1" in _log(tmp_path)
+    # one GPU per rank: srun gave each task its own of the job's two (the cluster's fake GPUs)
+    ranks = json.loads((run_dir / "ranks.json").read_text())
+    assert sorted((r["rank"], r["visible_devices"]) for r in ranks) == [(0, "0"), (1, "1")], ranks
     assert_same_adapters(run_dir, reference_1t1s.path())
     assert_every_step_once(run_dir)
 
