@@ -101,11 +101,12 @@ def test_every_engine_keyword_exists_in_every_supported_release(sleep):
     from populora.policy.vllm_engine import engine_kwargs
 
     cfg = PolicyConfig(engine="vllm", model="tiny", device="cuda", lora={"rank": 32},
-                       vllm={"sleep_between_phases": sleep})
+                       vllm={"sleep_between_phases": sleep, "load_format": "dummy"})  # every optional keyword
     for v in supported_versions():
         api = table()[v]
         available = set(api["EngineArgs"]) | set(api["LLM"])
         kwargs = engine_kwargs(cfg, 8, 8192, available, v)
+        assert kwargs["load_format"] == "dummy"
         assert set(kwargs) <= available, (v, set(kwargs) - available)
         assert cfg.lora.rank in api["lora_ranks"]
         # what generate() passes and reads

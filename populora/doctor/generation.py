@@ -27,7 +27,6 @@ left while it sleeps. vLLM's CPU platform has no sleep mode.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -138,24 +137,6 @@ def vllm_generation(config_path: str, overrides: list[str], device: str, seed: i
         return GenerationResult("vllm", device, 0, 0, 0, error=f"the vLLM child exited {proc.returncode}: {tail}")
 
 
-@contextlib.contextmanager
-def dummy_weights():
-    """vLLM's engine arguments with ``load_format="dummy"`` (random weights, nothing read) while the
-    engine starts. The engine module has no key for it (``engine_kwargs``), so it is added here."""
-    from populora.policy import vllm_engine
-
-    original = vllm_engine.engine_kwargs
-
-    def with_dummy(*args, **kwargs):
-        return {**original(*args, **kwargs), "load_format": "dummy"}
-
-    vllm_engine.engine_kwargs = with_dummy
-    try:
-        yield
-    finally:
-        vllm_engine.engine_kwargs = original
-
-
 def served_rank(rank: int) -> int:
     """The smallest LoRA rank every supported vLLM serves that is >= ``rank`` (the rank itself when served)."""
     from populora.policy.vllm_api import supported_lora_ranks
@@ -187,6 +168,7 @@ def _child(args: argparse.Namespace) -> int:
     model_name = cfg.policy.model
     if not is_tiny(model_name):
         model_name = str(write_model_dir(cfg.policy.model, Path(args.workdir) / "model"))
+        vllm["load_format"] = "dummy"
         notes.append("vLLM started from the preset's config.json with load_format=dummy (random weights)")
     policy_cfg = cfg.policy.from_mapping({**cfg.policy.to_dict(), "engine": "vllm", "device": args.device,
                                           "model": model_name, "lora": lora,
@@ -214,8 +196,7 @@ def _child(args: argparse.Namespace) -> int:
                 engine.llm.reset_prefix_cache()
             _cuda_sync()
 
-        with dummy_weights() if not is_tiny(cfg.policy.model) else contextlib.nullcontext():
-            arms, warmup = time_arms(policy, names, new_tokens, fresh)
+        arms, warmup = time_arms(policy, names, new_tokens, fresh)
         if on_cuda:
             free1 = torch.cuda.mem_get_info()[0]
             awake = float(free0 - free1)
@@ -228,7 +209,7 @@ def _child(args: argparse.Namespace) -> int:
                 asleep = float(free0 - torch.cuda.mem_get_info()[0])
                 memory.append(Measure("engine_asleep", asleep, "as engine, while the engine sleeps (level 1)"))
                 t0 = time.perf_counter()
-                engine._wake()
+                engine.wake()
                 wake_s = time.perf_counter() - t0
             else:
                 notes.append("sleep/wake: not timed, the preset keeps the engine awake "

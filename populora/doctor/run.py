@@ -144,9 +144,16 @@ def run_tests() -> dict:
 
 
 def run_doctor(opts: Options) -> DoctorReport:
+    import os
+
+    from populora.distributed.env import allocator_conf
     from populora.doctor.allreduce import run_allreduce
     from populora.doctor.devices import probe_devices
 
+    # the trainer's allocator settings as `populora train` gives them (before CUDA starts), so the
+    # measured memory is the run's
+    if (conf := allocator_conf(os.environ)) is not None:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
     t0 = time.perf_counter()
     device = probe_devices(opts.device)
     backend, ranks = allreduce_plan(opts.device)

@@ -28,13 +28,11 @@ from populora.doctor.records import Measure, MemberUpdate, TrainingResult
 
 
 def update(backend, adapter: str, batch, cfg) -> dict:
-    """``train_member`` as ``selfplay/loop.py`` calls it for one member (the one place that knows its
-    signature: micro-batches from ``micro_batching(cfg)`` where the trainer has it, else the count)."""
-    from populora.selfplay import train
+    """``train_member`` as ``selfplay/loop.py`` calls it for one member: micro-batches packed to the
+    run's token budget (``micro_batching(cfg)``)."""
+    from populora.selfplay.train import micro_batching, train_member
 
-    if hasattr(train, "micro_batching"):
-        return train.train_member(backend, adapter, batch, cfg.rl, train.micro_batching(cfg))
-    return train.train_member(backend, adapter, batch, cfg.rl, cfg.policy.train_micro_batch)
+    return train_member(backend, adapter, batch, cfg.rl, micro_batching(cfg))
 
 
 def members(cfg) -> list[tuple[str, str]]:

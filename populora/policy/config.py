@@ -93,6 +93,9 @@ class VLLMConfig:
     # 1 GiB holds ~23k tokens of SmolLM2-135M, plenty for CPU runs; vLLM's own default there is a share
     # of host RAM (0.45 gave 7.3 GiB for the tiny model), which two ranks on a small machine cannot spare.
     cpu_kv_cache_gib: float = 1.0
+    # vLLM's load_format: "auto" reads the model's weights; "dummy" gives random weights at the model's
+    # shapes (populora doctor measures the engine that way, with no download)
+    load_format: str = "auto"
 
     def __post_init__(self) -> None:
         u = self.gpu_memory_utilization
@@ -100,6 +103,8 @@ class VLLMConfig:
         _need(self.max_model_len >= 0, "policy.vllm.max_model_len", f"must be >= 0 (0 = automatic), got {self.max_model_len}")
         _need(self.max_loras >= 0, "policy.vllm.max_loras", f"must be >= 0 (0 = automatic), got {self.max_loras}")
         _need(self.max_cpu_loras >= 0, "policy.vllm.max_cpu_loras", f"must be >= 0 (0 = automatic), got {self.max_cpu_loras}")
+        _need(self.load_format in ("auto", "dummy"), "policy.vllm.load_format",
+              f"must be auto or dummy, got {self.load_format!r}")
         g = self.cpu_kv_cache_gib
         _need(isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g) and g > 0,
               "policy.vllm.cpu_kv_cache_gib", f"must be > 0 (GiB of host RAM), got {g!r}")

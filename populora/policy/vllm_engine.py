@@ -176,6 +176,8 @@ def engine_kwargs(config: PolicyConfig, max_loras: int, max_model_len: int, avai
         kwargs["kv_cache_memory_bytes"] = int(v.cpu_kv_cache_gib * 2**30)
     if v.sleep_between_phases:
         kwargs["enable_sleep_mode"] = True
+    if v.load_format != "auto":
+        kwargs["load_format"] = v.load_format
     if "logprobs_mode" in available:
         kwargs["logprobs_mode"] = "raw_logprobs"  # same quantity as HFBackend / completion_logprobs
     missing = sorted(k for k in kwargs if k not in available)
@@ -347,7 +349,8 @@ class VLLMEngine(GenerationEngine):
             self.watch.call(self._llm.sleep, level=1)
             self._asleep = True
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Give a sleeping engine its GPU memory back (``generate`` does it first); awake: nothing."""
         if self._asleep:
             torch.cuda.empty_cache()  # give back the trainer's cached blocks before vLLM re-allocates
             self.watch.call(self._llm.wake_up)
@@ -376,7 +379,7 @@ class VLLMEngine(GenerationEngine):
             base = self._base_adapter()
             routes = [base if p is None else p for p in routes]
         loras = [None if p is None else LoRARequest(p.lora_name, p.lora_int_id, str(p.path)) for p in routes]
-        self._wake()
+        self.wake()
         outputs = self.watch.call(llm.generate, [TokensPrompt(prompt_token_ids=p) for p in prompts],
                                 sampling_params=params, lora_request=loras, use_tqdm=False)
         results = []
