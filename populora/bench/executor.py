@@ -9,7 +9,10 @@ validator (static checks, two executions per proposal compared for determinism):
 1. ``Sandbox.run_many``: fork servers that fork one confined child per execution, all workers busy;
 2. naive, serial: one fresh ``python -c`` process per execution, one at a time (what a single
    executor worker does, as in the AZR reference);
-3. naive, parallel: the same ``python -c`` processes, ``workers`` at a time.
+3. naive, parallel: the same ``python -c`` processes, ``workers`` at a time;
+
+and, for the cost of running the determinism replicas one after the other (``run_replicas``),
+the sandbox again with both replicas in one batch at the same time (the layout before issue 22).
 
 ``--repeat N`` runs N rounds that alternate the approaches and keeps each one's best time, so that
 a change of machine load does not favour one of them. It prints validations per second and the
@@ -20,6 +23,7 @@ verdict from every approach (mismatches are printed and make the exit status 1).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -28,6 +32,7 @@ from collections import Counter
 from importlib import resources
 
 CORPUS = "bench_corpus.jsonl"
+TOGETHER = "sandbox, replicas together"  # both replicas in one run_many (the layout before issue 22)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     proposals = corpus_proposals(rows)
     workers = args.workers or os.cpu_count() or 1
     cfg = ValidationConfig(max_output_chars=limits.max_output_chars)
+    together = dataclasses.replace(cfg, replicas_in_turn=False)
     n_exec = sum(len(cfg.replicas) for p in proposals if static_reason(p, cfg)[0] is None)
     types = Counter(p.type for p in proposals)
     print(
@@ -150,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         # rounds alternate the approaches so that a change of machine load hits all of them
         for _ in range(max(1, args.repeat)):
             keep_best("sandbox", lambda: validate_many(proposals, sandbox, cfg))
+            # the replicas' layout before issue 22 (both in one batch, at the same time), for the cost
+            keep_best(TOGETHER, lambda: validate_many(proposals, sandbox, together))
             for name, executor in approaches.items():
                 keep_best(name, lambda executor=executor: validate_many(proposals, executor, cfg))
 

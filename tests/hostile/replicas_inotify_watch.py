@@ -1,5 +1,5 @@
 # attack: issue 22: one replica watches a runtime directory with inotify to see which files the other (or the host) opens
-# expect: error runtime_error:OSError
+# expect: error runtime_error:PermissionError
 # calls: ["0"]
 # ruff: noqa
 import ctypes, os
