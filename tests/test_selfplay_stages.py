@@ -141,3 +141,56 @@ def test_completions_the_engine_aborted_count_for_nothing():
     refused = GenerationResult([1] * 9000, [], refused="prompt_too_long:9000")
     m = stages.step_metrics(MEMBERS, [], [SolveGroup(0, "s0", task(0), True, refused)])
     assert m["student/refused"] == 1
+
+
+class _Rerun:
+    """A sandbox whose executions of a task's own program return ``value`` (a time bomb: validated
+    with one output, it gives another at the check)."""
+
+    def __init__(self, value: str):
+        self.value, self.programs = value, []
+
+    def run_many(self, programs):
+        from populora.sandbox import Outcome
+
+        self.programs += programs
+        return [Outcome("ok", None, [self.value] * len(p.calls)) for p in programs]
+
+
+def test_a_task_whose_program_changes_its_answer_at_the_check_is_invalid():
+    t = task(0)  # validated: f(1) == 1
+    right = "<answer>\n```output\n1\n```\n</answer>"
+    groups = [SolveGroup(0, "s0", t, True, gen(right, n=2)), SolveGroup(1, "s0", t, False, gen(right, n=1))]
+    same = stages.check(groups, _Rerun("1"), {})
+    assert [a.correct for g in same for a in g.attempts] == [True, True, True]
+    assert stages.nondeterministic_tasks(same) == frozenset()
+
+    sandbox = _Rerun("2")  # the program now returns 2 for its gold input
+    out = stages.check(groups, sandbox, {})
+    assert len(sandbox.programs) == 1 and sandbox.programs[0].calls == ("1",)  # once per task, on its gold input
+    assert {a.reason for g in out for a in g.attempts} == {stages.TASK_NONDETERMINISTIC}
+    assert out[0].rho is None and stages.solve_rates(out) == {}
+    assert stages.nondeterministic_tasks(out) == {"code_o-0"}
+    rewarded = stages.teacher_rewards([record(0)], {}, {"t0": "s0"}, "populora", stages.nondeterministic_tasks(out))
+    assert rewarded[0].reward == -1.0 and not rewarded[0].valid and rewarded[0].verdict.reason == "nondeterministic"
+    usage = {"t0": Usage(), "s0": Usage()}
+    batches = stages.training_batches(MEMBERS, rewarded, out, CFG, usage, random.Random(0))
+    assert "s0" not in batches  # no student sequence on a task without a right answer
+    bufs = TaskBuffers()
+    bufs.add(t)
+    assert bufs.discard({"code_o-0"}) == 1 and t not in bufs["code_o"] and bufs.discard({"code_o-0"}) == 0
+
+
+def test_a_rerun_lost_to_a_limit_keeps_the_tasks_verdict():
+    from populora.sandbox import Outcome
+    from populora.tasks import checking
+
+    t = task(0)
+    assert checking.rerun_changed(t, Outcome("timeout", "timeout")) is None
+    assert checking.rerun_changed(t, Outcome("crashed", "crashed:server_died")) is None
+    assert checking.rerun_changed(t, Outcome("error", "runtime_error:ValueError")) is True
+    assert checking.rerun_changed(t, Outcome("ok", None, ["1"])) is False
+    f = Task(id="f", type="code_f", program="def f(x):\n    return x", inputs=("1", "2", "3"), outputs=("1", "2", "3"),
+             n_shown=1)
+    assert checking.rerun_changed(f, Outcome("ok", None, ["1", "2", "3"])) is False
+    assert checking.rerun_changed(f, Outcome("ok", None, ["1", "2", "4"])) is True

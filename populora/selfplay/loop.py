@@ -193,10 +193,14 @@ class SelfPlay:
                                                                 cfg.tasks.require_think),
                              metrics)
         rho = stages.solve_rates(groups)
+        # tasks whose program gave other outputs when run again: invalid, and out of the buffers
+        nondeterministic = stages.nondeterministic_tasks(groups)
+        metrics["check/nondeterministic_tasks"] = len(nondeterministic)
+        metrics["buffer/removed"] = self.buffers.discard(nondeterministic)
         timings["time/check_s"] = time.perf_counter() - t
 
         # 6. rewards: teachers from validity and rho; students' rewards are on their attempts
-        records = stages.teacher_rewards(records, rho, pairs, cfg.tasks.teacher_reward)
+        records = stages.teacher_rewards(records, rho, pairs, cfg.tasks.teacher_reward, nondeterministic)
 
         # 7. ratings: each role rated on its own RL reward against its opponent (docs/population.md)
         self.on_stage("ratings")

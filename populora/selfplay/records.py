@@ -73,8 +73,9 @@ class SolveGroup:
 
     @property
     def scored(self) -> list[Attempt]:
-        """Attempts that were really judged (not lost to an infrastructure error)."""
-        return [a for a in self.attempts if not is_infra_error(a)]
+        """Attempts that were really judged (not lost to an infrastructure error, not on a task found
+        nondeterministic)."""
+        return [a for a in self.attempts if not is_unjudged(a)]
 
     @property
     def rho(self) -> float | None:
@@ -86,6 +87,9 @@ class SolveGroup:
 
 
 INFRA_ERRORS = (SANDBOX_ERROR, GENERATION_ERROR)
+# the task's own program no longer gave its gold outputs when run again at the check: the answer
+# cannot be judged (checking.check_and_rerun); the teacher gets the invalid reward
+TASK_NONDETERMINISTIC = "task_nondeterministic"
 
 
 def is_infra_error(attempt: Attempt) -> bool:
@@ -93,3 +97,9 @@ def is_infra_error(attempt: Attempt) -> bool:
     generation. It is neither right nor wrong (a crash of the checking sandbox must not be scored as
     the student's format failure), so it counts for nothing."""
     return attempt.reason in INFRA_ERRORS
+
+
+def is_unjudged(attempt: Attempt) -> bool:
+    """An attempt that counts for nothing: lost by the infrastructure, or on a nondeterministic task
+    (no right answer exists). Not in rho, not rated, not trained on."""
+    return is_infra_error(attempt) or attempt.reason == TASK_NONDETERMINISTIC

@@ -22,18 +22,19 @@ from populora.selfplay.metrics import mean
 from populora.selfplay.records import (
     GENERATION_ERROR,
     SANDBOX_ERROR,
+    TASK_NONDETERMINISTIC,
     ProposalJob,
     ProposalRecord,
     SolveGroup,
-    is_infra_error,
+    is_unjudged,
 )
 from populora.tasks import checking, parsing, prompts, rewards, validation
 from populora.tasks.kinds import PromptEnv, get_kind
-from populora.tasks.records import Attempt, Proposal, Task, Verdict, reason_kind
+from populora.tasks.records import NONDETERMINISTIC, Attempt, Proposal, Task, Verdict, reason_kind
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GENERATION_ERROR", "SANDBOX_ERROR", "ProposalJob", "ProposalRecord", "Seq", "SolveGroup"]
+__all__ = ["GENERATION_ERROR", "SANDBOX_ERROR", "TASK_NONDETERMINISTIC", "ProposalJob", "ProposalRecord", "Seq", "SolveGroup"]
 
 
 @dataclass(frozen=True)
@@ -165,15 +166,20 @@ def check(groups: Sequence[SolveGroup], sandbox, metrics: dict, require_answer_t
 
     ``prefill(task)`` is the part of the answer that was written into the student's prompt. When the
     verifier itself fails, every attempt of the batch is marked ``sandbox_error`` (an infrastructure
-    error: excluded from rho and from training), not scored as the student's fault.
+    error: excluded from rho and from training), not scored as the student's fault. In the same
+    batch every task's own program runs once more on its gold inputs; the attempts at a task whose
+    program no longer gives its gold outputs are marked ``task_nondeterministic`` (they count for
+    nothing, and ``teacher_rewards`` makes the task invalid).
     """
     flat = [(g, c) for g in groups for c in (g.generation.completions if g.generation is not None else [])]
     to_judge = [k for k, (_, c) in enumerate(flat) if c.finish_reason != "abort"]  # the engine lost the rest
+    # (no sandbox, as in unit tests of answers that need none: no re-run)
+    rerun = list({flat[k][0].task.id: flat[k][0].task for k in to_judge}.values()) if sandbox is not None else []
+    changed: frozenset[str] = frozenset()
     try:
-        judged_some = checking.check_many([(flat[k][0].task, prefill(flat[k][0].task) + flat[k][1].text)
-                                           for k in to_judge], sandbox,
-                                          checking.CheckConfig(require_answer_tag=require_answer_tag,
-                                                               require_think=require_think))
+        judged_some, changed = checking.check_and_rerun(
+            [(flat[k][0].task, prefill(flat[k][0].task) + flat[k][1].text) for k in to_judge], rerun, sandbox,
+            checking.CheckConfig(require_answer_tag=require_answer_tag, require_think=require_think))
     except Exception as e:
         log.exception("checking failed for %d attempts", len(flat))
         metrics["errors/check"] = 1
@@ -189,6 +195,8 @@ def check(groups: Sequence[SolveGroup], sandbox, metrics: dict, require_answer_t
             att.reason = GENERATION_ERROR
         elif j is None:
             att.reason = SANDBOX_ERROR
+        elif g.task.id in changed:
+            att.reason = TASK_NONDETERMINISTIC
         else:
             att.answer, att.format_ok, att.correct, att.score, att.reason = (
                 j.answer, j.format_ok, j.correct, j.score, j.reason)
@@ -203,12 +211,22 @@ def solve_rates(groups: Sequence[SolveGroup]) -> dict[tuple[str, str], float]:
 
 
 # -- 6. rewards --------------------------------------------------------------------------------------
+def nondeterministic_tasks(groups: Sequence[SolveGroup]) -> frozenset[str]:
+    """Ids of the tasks whose program gave other outputs when run again at the check (see ``check``)."""
+    return frozenset(g.task.id for g in groups if any(a.reason == TASK_NONDETERMINISTIC for a in g.attempts))
+
+
 def teacher_rewards(records: Sequence[ProposalRecord], rho: Mapping[tuple[str, str], float],
-                    pairs: Mapping[str, str], variant: str) -> list[ProposalRecord]:
+                    pairs: Mapping[str, str], variant: str,
+                    nondeterministic: frozenset[str] = frozenset()) -> list[ProposalRecord]:
     """Each proposal's reward. None (no reward, not trained on) when there is no completion or when
-    the verifier failed, or for a valid task whose student attempts could not be judged."""
+    the verifier failed, or for a valid task whose student attempts could not be judged. A valid task
+    found ``nondeterministic`` at the check becomes invalid (verdict ``nondeterministic``, the invalid
+    reward, and it never joins the buffers): validation was fooled, not the students."""
     out = []
     for r in records:
+        if r.valid and r.task.id in nondeterministic:
+            r = replace(r, verdict=replace(r.verdict, valid=False, reason=NONDETERMINISTIC, task=None))
         reason = r.verdict.reason if r.verdict is not None else None
         if r.generation is None or not r.generation.completions or reason == SANDBOX_ERROR:
             reward = None
@@ -272,7 +290,7 @@ def training_batches(members: Mapping, records: Sequence[ProposalRecord], groups
             if g.generation is None:
                 continue
             for c, att in zip(g.generation.completions, g.attempts):
-                if is_infra_error(att):
+                if is_unjudged(att):
                     continue
                 batches[sid].append(Seq("student", g.task.type, g.generation.prompt_token_ids, c.token_ids,
                                         c.logprobs, att.reward, f"s{g.index}"))

@@ -82,6 +82,15 @@ class TaskBuffer:
             self._keys.discard(dedup_key(victim))
         return True
 
+    def discard(self, ids: Iterable[str]) -> int:
+        """Remove the tasks with these ids (a task found nondeterministic); the number removed."""
+        ids = set(ids)
+        gone = [t for t in self._tasks if t.id in ids]
+        for t in gone:
+            self._tasks.remove(t)
+            self._keys.discard(dedup_key(t))
+        return len(gone)
+
     def extend(self, tasks: Iterable[Task]) -> int:
         """Add every task; the number actually added."""
         return sum(self.add(t) for t in tasks)
@@ -120,6 +129,11 @@ class TaskBuffers:
 
     def add(self, task: Task) -> bool:
         return self[task.type].add(task)
+
+    def discard(self, ids: Iterable[str]) -> int:
+        """Remove the tasks with these ids from every buffer; the number removed."""
+        ids = set(ids)
+        return sum(b.discard(ids) for b in self.by_type.values())
 
     def references(self, task_type: str, k: int = 6, rng: random.Random | int | None = None) -> list[Task]:
         """K reference tasks for a teacher prompt of ``task_type``."""

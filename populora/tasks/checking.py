@@ -14,6 +14,12 @@ The task kind (``populora.tasks.kinds``) reads and judges each answer:
 - ``code_e``: the predicted error type name equals the gold one (``NoError`` when f returns).
 
 All sandbox work of a batch goes into ONE ``run_many`` call.
+
+``check_and_rerun`` also runs each task's own program again on its gold inputs, in the same batch:
+a program that no longer gives its gold outputs was nondeterministic after all (its two validation
+executions agreed by chance, or it reads something that changes between runs, such as the clock).
+Such a task cannot be judged; the solve stage gives its teacher the invalid reward
+(``selfplay/stages.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from populora.sandbox import Program
 from populora.tasks.kinds import CheckRun, Judgement, get_kind
 from populora.tasks.parsing import parse_student_answer
 from populora.tasks.records import FORMAT, Attempt, Task
@@ -46,6 +53,32 @@ def check_many(
 
     ``sandbox`` (a ``populora.sandbox.Sandbox``) is needed only when an answer must run (code_i, code_f).
     """
+    return check_and_rerun(items, (), sandbox, cfg)[0]
+
+
+def gold_calls(task: Task) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(inputs, outputs)`` the task was validated with (several for code_f, one otherwise)."""
+    return (task.inputs, task.outputs) if task.inputs else ((task.input,), (task.output,))
+
+
+def rerun_changed(task: Task, outcome) -> bool | None:
+    """Whether one more execution of ``task``'s program on its gold inputs (``outcome``) gave other
+    outputs than its gold ones: compared as validation compared its two executions (the kind's
+    ``outputs_of``, text for text). ``None`` when the outcome may not be the program's doing (a time
+    or memory limit on a loaded machine, a crash of the execution): the task keeps its verdict."""
+    inputs, outputs = gold_calls(task)
+    reason, values = get_kind(task.type).outputs_of(outcome, len(inputs))
+    if reason is not None and (reason.startswith("crashed:") or reason in ("timeout", "memory")):
+        return None
+    return reason is not None or tuple(values) != tuple(outputs)
+
+
+def check_and_rerun(
+    items: Sequence[tuple[Task, str]], rerun: Sequence[Task], sandbox=None, cfg: CheckConfig | None = None
+) -> tuple[list[Judgement], frozenset[str]]:
+    """``check_many`` of ``items`` and, in the same sandbox batch, one more execution of every task of
+    ``rerun`` on its gold inputs; returns the judgements and the ids of the tasks whose program no
+    longer gives its gold outputs (``rerun_changed``)."""
     from populora.tasks.validation import kind_config
 
     cfg = cfg or CheckConfig()
@@ -66,6 +99,8 @@ def check_many(
         else:
             runs.append((i, plan, len(programs)))
             programs.extend(plan.programs)
+    first_rerun = len(programs)
+    programs.extend(Program(t.program, entry=kcfg.entry, calls=gold_calls(t)[0]) for t in rerun)
     if programs and sandbox is None:
         raise ValueError("check_many: answers that must run need a sandbox")
     outcomes = sandbox.run_many(programs) if programs else []
@@ -75,7 +110,8 @@ def check_many(
         )
     for i, plan, start in runs:
         results[i] = plan.judge(outcomes[start : start + len(plan.programs)])
-    return [r for r in results if r is not None]
+    changed = frozenset(t.id for t, out in zip(rerun, outcomes[first_rerun:]) if rerun_changed(t, out))
+    return [r for r in results if r is not None], changed
 
 
 def to_attempt(
