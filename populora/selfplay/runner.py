@@ -168,6 +168,9 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
 
     stop = StopFlag()
     old_handlers = stop.install() if handle_signals else {}
+    if progress and comm.is_main:  # the base model, the sandbox and the seed buffers take seconds
+        print(f"starting {rd}: loading the base model and starting the sandbox (the progress bar follows)",
+              file=sys.stderr, flush=True)
     restore_output = route_library_output(rd) if comm.is_main else (lambda: None)
     sp = SelfPlay(cfg, rd, comm)
     status = "finished"
