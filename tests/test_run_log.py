@@ -31,7 +31,6 @@ def test_a_run_says_it_is_starting_before_the_slow_part(tmp_path, capsys):
     """The base model, the sandbox and the buffers take seconds before the progress bar: a line first."""
     import pytest
 
-    from populora.config import load_config
     from populora.distributed.comm import LocalComm
     from populora.selfplay.runner import _train, prepare_run
 
