@@ -151,13 +151,15 @@ def test_keyrings_are_out_of_reach():
 
 
 # --- item 4: address families -----------------------------------------------------------------
-def test_only_unix_sockets():
+def test_no_sockets():
+    """No address family at all: AF_VSOCK reached the host's port space (issue 13), and AF_UNIX
+    buffers and descriptors in flight held kernel memory far beyond memory_mb (issue 22)."""
     needs_full()
     with Sandbox(limits=LIMITS, workers=1) as box:
         if box.report.get("seccomp") != "loaded in every child":
             pytest.skip(f"address families are closed by the seccomp filter: {box.report.get('seccomp')}")
         out = box.run(corpus_program("socket_families"))
-        assert out.ok and "('AF_VSOCK', 1)" in out.values[0] and "('AF_UNIX', 'ok')" in out.values[0], out
+        assert out.ok and "('AF_VSOCK', 1)" in out.values[0] and "('AF_UNIX', 1)" in out.values[0], out
         assert_honest_after(box, 5)
 
 

@@ -1,8 +1,8 @@
-# attack: sockets of every address family but AF_UNIX (AF_VSOCK reached the host's port space)
+# attack: sockets of every address family (AF_VSOCK reached the host's port space; AF_UNIX buffers held kernel memory, issue 22)
 # expect: ok
 # calls: ["0"]
 # ruff: noqa
-# values: ["[('AF_INET', 1), ('AF_INET6', 1), ('AF_NETLINK', 1), ('AF_PACKET', 1), ('AF_VSOCK', 1), ('AF_UNIX', 'ok')]"]
+# values: ["[('AF_INET', 1), ('AF_INET6', 1), ('AF_NETLINK', 1), ('AF_PACKET', 1), ('AF_VSOCK', 1), ('AF_UNIX', 1)]"]
 import socket
 def f(x):
     out = []

@@ -1,0 +1,23 @@
+# attack: issue 22: epoll instances up to RLIMIT_NOFILE, each watching every other descriptor (epoll items are kernel memory)
+# expect: ok
+# calls: ["0"]
+# ruff: noqa
+import select, time
+def f(hold):
+    eps = []
+    while True:
+        try:
+            eps.append(select.epoll())
+        except OSError:
+            break
+    watches = 0
+    for ep in eps:
+        for other in eps:
+            if other is not ep:
+                try:
+                    ep.register(other.fileno(), select.EPOLLIN)
+                    watches += 1
+                except OSError:
+                    pass
+    time.sleep(hold)
+    return watches > 0
