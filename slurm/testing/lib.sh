@@ -48,6 +48,11 @@ ci_network_up() {
     # names resolve the same in every namespace (MASTER_ADDR, gloo's own address): /etc/hosts
     grep -qE "^$addr[[:space:]]+$name([[:space:]]|\$)" /etc/hosts || echo "$addr $name $CI_HOSTS_TAG" >>/etc/hosts
   done
+  for entry in "${CI_NODES[@]}"; do  # what the node's slurmd will see
+    name=${entry%%:*} addr=${entry#*:}
+    nsenter --net="/run/netns/$name" ip -4 -br addr show dev eth0 2>/dev/null | grep -q "$addr/" || {
+      echo "ci_network_up: namespace $name has no eth0 with $addr" >&2; return 1; }
+  done
 }
 
 # ci_network_down: remove what ci_network_up made (the /etc/hosts file is rewritten in place, not
