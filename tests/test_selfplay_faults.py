@@ -115,7 +115,7 @@ def test_checking_failure_is_an_infrastructure_error_not_the_students_fault(sp, 
     def broken(*args, **kwargs):
         raise OSError("verifier down (injected)")
 
-    monkeypatch.setattr(stages.checking, "check_many", broken)
+    monkeypatch.setattr(stages.checking, "check_and_rerun", broken)
     before = _weights(sp)
     row = sp.step(1)
     assert row["errors/check"] == 1 and "injected" in row["errors/check_reason"]

@@ -103,13 +103,15 @@ def variable_batch(vocab: int, n: int, prompt_tokens: int, new_tokens: int, seed
     import random
 
     from populora.selfplay.stages import Seq
+    from populora.tasks.kinds import default_kind_names
 
+    task_type = default_kind_names()[0]  # the kind only groups advantages; any one will do
     rng = random.Random(seed)
     seqs = []
     for i in range(n):
         p = rng.randint(max(1, prompt_tokens // 4), prompt_tokens)
         c = max(1, min(new_tokens, round(math.exp(rng.uniform(math.log(max(1, new_tokens / 32)), math.log(new_tokens))))))
-        seqs.append(Seq(role="student", task_type="code_o", prompt_ids=[rng.randrange(10, vocab) for _ in range(p)],
+        seqs.append(Seq(role="student", task_type=task_type, prompt_ids=[rng.randrange(10, vocab) for _ in range(p)],
                         completion_ids=[rng.randrange(10, vocab) for _ in range(c)],
                         logprobs=[-rng.random() for _ in range(c)], reward=float(rng.random() < 0.5),
                         prompt_group=f"g{i // 4}"))

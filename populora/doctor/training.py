@@ -54,14 +54,16 @@ def member_batch(role: str, rows: int, prompt_tokens: int, completion_tokens: in
     import torch
 
     from populora.selfplay.stages import Seq
+    from populora.tasks.kinds import default_kind_names
 
+    task_type = default_kind_names()[0]  # the kind only groups advantages; any one will do
     g = torch.Generator().manual_seed(seed)
     lp = -math.log(vocab)
     out = []
     for i in range(rows):
         r = role if role != "both" else ("teacher", "student")[i % 2]
         out.append(Seq(
-            role=r, task_type="code_o",
+            role=r, task_type=task_type,
             prompt_ids=torch.randint(10, vocab, (prompt_tokens,), generator=g).tolist(),
             completion_ids=torch.randint(10, vocab, (completion_tokens,), generator=g).tolist(),
             logprobs=[lp] * completion_tokens, reward=float(i % 2),
