@@ -32,21 +32,12 @@ def saved_bytes(fn, exclude: set[int] = frozenset()):
 
 
 def peak_bytes(fn):
-    """``(fn(), peak live CPU bytes allocated during fn above the start level)``.
+    """``(fn(), peak live CPU bytes allocated during fn above the start level)``: the measurement
+    ``populora doctor`` makes (the memory timeline of ``torch.profiler``, a private torch API);
+    ImportError when this torch lacks it, so callers skip."""
+    from populora.doctor.training import cpu_peak_bytes
 
-    From the memory timeline of ``torch.profiler`` (allocation and free of every tensor storage);
-    that timeline is a private torch API, so callers skip when it is missing.
-    """
-    from torch.profiler import ProfilerActivity, profile
-    from torch.profiler._memory_profiler import Action, MemoryProfileTimeline
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        out = fn()
-    level = peak = 0
-    for _, action, _, size in MemoryProfileTimeline(prof._memory_profile()).timeline:
-        if action == Action.CREATE:
-            level += size
-        elif action == Action.DESTROY:
-            level -= size
-        peak = max(peak, level)
+    out, peak = cpu_peak_bytes(fn)
+    if peak is None:
+        raise ImportError("torch.profiler has no memory timeline in this torch")
     return out, peak
