@@ -5,8 +5,8 @@ from the command line. omegaconf rejects unknown keys and wrong types with the f
 message; ``validate`` adds the cross-field checks (T=0, ranks vLLM cannot serve, budgets that do
 not divide, ...). Every error names the key.
 
-Sections owned by other modules (RL, ratings, matchmaking, evolution) use those modules' own
-dataclasses, so a module's defaults live next to the code that uses them.
+Sections owned by other modules (policy, tasks, sandbox, RL, ratings, matchmaking, evolution) use those
+modules' own dataclasses, so a module's defaults live next to the code that uses them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from populora.errors import ConfigError
 from populora.policy.config import PolicyConfig
 from populora.population.evolution import EvolutionConfig
 from populora.population.matchmaking import MatchmakingConfig
@@ -27,14 +28,9 @@ from populora.population.ratings import RatingConfig
 from populora.renamed_keys import migrate_mapping, migrate_overrides
 from populora.rl.config import RLConfig
 from populora.sandbox.api import SandboxLimits
-from populora.tasks.kinds import default_kind_names, kind_names
-from populora.tasks.seeds import SeedConfig
+from populora.tasks.config import TaskEnv
 
 __all__ = ["Config", "ConfigError", "load_config"]
-
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the file and/or key."""
 
 
 @dataclass
@@ -44,31 +40,6 @@ class PopulationConfig:
     # The compute-matched single-agent baseline: ONE adapter that both proposes and solves.
     # Requires teachers == students == 1.
     baseline: bool = False
-
-
-@dataclass
-class TaskEnvConfig:
-    types: list[str] = field(default_factory=lambda: list(default_kind_names()))  # AZR's three
-    references: int = 6  # K reference tasks shown in each teacher prompt
-    buffer_capacity: int = 512  # per task type
-    code_f_inputs: int = 10
-    code_f_shown: int = 5
-    max_output_chars: int = 1000
-    # chat: the tokenizer's chat template | r1: AZR's plain R1 wrapper (<think> ... <answer> ...)
-    prompt_style: str = "chat"
-    # azr: AZR's own prompt templates, verbatim (the default) | compact: ours, short, for small models
-    templates: str = "azr"
-    # the buffers' first tasks: written by the base model as AZR does, or the hand-written set
-    seeds: SeedConfig = field(default_factory=SeedConfig)
-    teacher_reward: str = "populora"  # populora (0 for rho in {0,1}) | azr (-0.5 for valid but unlearnable)
-    # False: completions without <answer> tags are read whole (fenced blocks still required). For
-    # small models that write code blocks but ignore the tags (SmolLM2-135M in the CPU demo).
-    require_answer_tag: bool = True
-    # AZR's format check: the completion closes its reasoning (</think>) and then answers (<answer>)
-    require_think: bool = True
-    # True: prompts end with an opened answer block (``tasks.prompts.TEACHER_PREFILL`` /
-    # ``STUDENT_PREFILL``) so that a small model only continues the code or the value.
-    answer_prefill: bool = False
 
 
 @dataclass
@@ -122,7 +93,7 @@ class Config:
     seed: int = 0
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
-    tasks: TaskEnvConfig = field(default_factory=TaskEnvConfig)
+    tasks: TaskEnv = field(default_factory=TaskEnv)  # the task environment's own type
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     sandbox: SandboxLimits = field(default_factory=SandboxLimits)  # the sandbox package's own type
     rl: RLConfig = field(default_factory=RLConfig)
@@ -159,18 +130,28 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
             if bad:
                 raise ConfigError(f"override {bad[0]!r} is not of the form key=value")
             layers.append(OmegaConf.from_dotlist(migrate_overrides(list(overrides))))
+    except OmegaConfBaseException as e:
+        raise _named(e, where) from None
+    except ValueError as e:  # a moved key set twice (renamed_keys names both and where)
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(str(e)) from None
+    try:
         merged = OmegaConf.merge(*layers)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
-    except ConfigError:
-        raise
     except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None)
-        msg = str(e).splitlines()[0]
-        raise ConfigError(f"{where}: key {key!r}: {msg}" if key else f"{where}: {msg}") from None
+        raise _named(e, where) from None
     except ValueError as e:  # a section's own __post_init__ validation (its message names the key)
         raise ConfigError(f"{where}: {e}") from None
     validate(cfg)
     return cfg
+
+
+def _named(e: OmegaConfBaseException, where: str) -> ConfigError:
+    """omegaconf's error as one line naming where and the key."""
+    key = getattr(e, "full_key", None)
+    msg = str(e).splitlines()[0]
+    return ConfigError(f"{where}: key {key!r}: {msg}" if key else f"{where}: {msg}")
 
 
 def _renamed(node: DictConfig, where: str) -> DictConfig:
@@ -226,8 +207,6 @@ def _need(cond: bool, key: str, msg: str) -> None:
 def validate(cfg: Config) -> None:
     """Cross-field checks that the types alone cannot express. Raises ConfigError naming the key."""
     p, t, s = cfg.population, cfg.tasks, cfg.selfplay
-    _need(t.prompt_style in ("chat", "r1"), "tasks.prompt_style", f"must be 'chat' or 'r1', got {t.prompt_style!r}")
-    _need(t.templates in ("azr", "compact"), "tasks.templates", f"must be 'azr' or 'compact', got {t.templates!r}")
     _need(p.teachers >= 1, "population.teachers", f"must be >= 1, got {p.teachers}")
     _need(p.students >= 1, "population.students", f"must be >= 1, got {p.students}")
     if p.baseline:
@@ -236,21 +215,6 @@ def validate(cfg: Config) -> None:
             "population.baseline",
             "the single-agent baseline has exactly one adapter: set population.teachers=1 population.students=1",
         )
-    bad_types = [x for x in t.types if x not in kind_names()]
-    _need(not bad_types and len(t.types) > 0, "tasks.types", f"unknown task types {bad_types}; known: {list(kind_names())}")
-    _need(len(set(t.types)) == len(t.types), "tasks.types", "duplicate task types")
-    _need(t.references >= 0, "tasks.references", "must be >= 0")
-    _need(
-        t.references <= t.buffer_capacity,
-        "tasks.references",
-        f"K={t.references} is larger than tasks.buffer_capacity={t.buffer_capacity}",
-    )
-    _need(
-        0 < t.code_f_shown < t.code_f_inputs,
-        "tasks.code_f_shown",
-        f"must be in (0, tasks.code_f_inputs={t.code_f_inputs}); the rest are hidden and decide correctness",
-    )
-    _need(t.teacher_reward in ("populora", "azr"), "tasks.teacher_reward", f"got {t.teacher_reward!r}")
     _need(s.steps >= 0, "selfplay.steps", "must be >= 0")
     _need(s.rollouts >= 1, "selfplay.rollouts", "must be >= 1")
     _need(s.max_refused_calls >= 1, "selfplay.max_refused_calls", f"must be >= 1, got {s.max_refused_calls}")
@@ -295,8 +259,12 @@ def validate(cfg: Config) -> None:
     _need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
     _need(cfg.run.collective_timeout_s > 0, "run.collective_timeout_s", "must be > 0")
     _need(wandb_mode(cfg.run.wandb) is not None, "run.wandb", f"must be off, offline or online, got {cfg.run.wandb!r}")
-    _need(cfg.sandbox.max_output_chars in (SandboxLimits.max_output_chars, t.max_output_chars),
-          "sandbox.max_output_chars", f"a run takes it from tasks.max_output_chars ({t.max_output_chars}): set that key")
+    # two limits, two owners: the task environment decides which outputs make a task (its kinds reject
+    # longer ones as output_too_large); the sandbox bounds what any program may hand back. The sandbox
+    # must return every output a task may have.
+    _need(cfg.sandbox.max_output_chars >= t.max_output_chars, "sandbox.max_output_chars",
+          f"{cfg.sandbox.max_output_chars} is below tasks.max_output_chars={t.max_output_chars}: the sandbox must "
+          "return every output a task may have (raise sandbox.max_output_chars, or lower tasks.max_output_chars)")
 
 
 def baseline_split(cfg: Config) -> tuple[int, int]:

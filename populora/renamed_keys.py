@@ -32,6 +32,9 @@ RENAMED: dict[str, str] = {
     "policy.optim.betas": "rl.betas",
     "policy.optim.eps": "rl.adam_eps",
     "policy.optim.weight_decay": "rl.weight_decay",
+    # a kind's own settings live in its section of the task environment (tasks.<kind>.<knob>)
+    "tasks.code_f_inputs": "tasks.code_f.inputs",
+    "tasks.code_f_shown": "tasks.code_f.shown",
 }
 
 

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from populora.diagnostics.complexity import complexity_metrics, mean_features, program_complexity
+from populora.tasks.complexity import complexity_metrics, mean_features, program_complexity
 
 IDENTITY = "def f(x):\n    return x\n"
 

@@ -36,10 +36,13 @@ def test_every_value_of_a_7b_preset_is_labelled(path):
     unlabelled = [f"{path.name}:{n}: {key}" for n, key, value, comment in leaves(path)
                   if value is not None and not (comment and LABEL.match(comment))]
     assert not unlabelled, "values without a paper/AZR/ours label and a reason:\n" + "\n".join(unlabelled)
+    from populora.tasks.kinds import all_kinds
+
     sections = [key for _, key, value, comment in leaves(path) if value is None]
+    kind_sections = {name for name, kind in all_kinds().items() if kind.Knobs is not None}  # tasks.<kind>:
     assert sections and all(s in {"policy", "lora", "vllm", "population", "tasks", "seeds", "selfplay",
                                   "teacher_sampling", "student_sampling", "sandbox", "rl", "ratings",
-                                  "evolution", "run"} for s in sections), sections
+                                  "evolution", "run"} | kind_sections for s in sections), sections
     load_config(path)  # and it is a valid run config
 
 

@@ -7,9 +7,12 @@ import re
 import pytest
 
 from populora.tasks import azr_templates as T
+from populora.tasks.config import TaskEnv
 from populora.tasks.parsing import parse_proposal, parse_student_answer
 from populora.tasks.prompts import check_prompt_ending
 from populora.tasks.records import CODE_F, CODE_I, CODE_O, Task
+
+ENV = TaskEnv()  # the run default: AZR's format check (</think> then <answer>)
 
 REFS = [
     Task(id=f"r{i}", type=CODE_O, program=f"def f(x):\n    return {{'n': x + {i}}}", input=str(i), output=f"{{'n': {2 * i}}}")
@@ -97,14 +100,14 @@ def test_answers_in_azr_format_parse_with_our_parser():
     teacher = _answer("```python\ndef f(name: str, info: dict):\n    return name\n```\n\n```input\n'John', {'age': 20, 'city': 'New York'}\n```")
     assert T.r1_format_ok(teacher)
     for tt in (CODE_I, CODE_O):
-        p = parse_proposal(teacher, tt)
+        p = parse_proposal(teacher, tt, ENV)
         assert p.reason is None and p.program.startswith("def f(name") and p.inputs == ("'John', {'age': 20, 'city': 'New York'}",)
     inputs = "\n".join(f"```input\n{i}\n```" for i in range(10))
-    code_f = parse_proposal(_answer(f"{inputs}\n```message\nsquares\n```"), CODE_F, program=PROGRAM)
+    code_f = parse_proposal(_answer(f"{inputs}\n```message\nsquares\n```"), CODE_F, ENV, program=PROGRAM)
     assert code_f.reason is None and len(code_f.inputs) == 10 and code_f.message == "squares"
-    assert parse_student_answer(_answer("```input\n'cba'\n```"), CODE_I).answer == "'cba'"
-    assert parse_student_answer(_answer("```output\n{'age': 20}\n```"), CODE_O).answer == "{'age': 20}"
-    assert parse_student_answer(_answer("```python\ndef f(a):\n    return a\n```"), CODE_F).answer == "def f(a):\n    return a"
+    assert parse_student_answer(_answer("```input\n'cba'\n```"), CODE_I, ENV).answer == "'cba'"
+    assert parse_student_answer(_answer("```output\n{'age': 20}\n```"), CODE_O, ENV).answer == "{'age': 20}"
+    assert parse_student_answer(_answer("```python\ndef f(a):\n    return a\n```"), CODE_F, ENV).answer == "def f(a):\n    return a"
 
 
 def test_r1_format_check_is_azrs():

@@ -7,8 +7,12 @@ import os
 import pytest
 
 from populora.sandbox import Sandbox, SandboxLimits
-from populora.tasks.checking import CheckConfig, check_many, to_attempt
+from populora.tasks.checking import check_many, to_attempt
+from populora.tasks.config import TaskEnv
 from populora.tasks.records import CODE_F, CODE_I, CODE_O, Task
+
+ENV = TaskEnv(require_think=False)  # answers in <answer> tags, no reasoning required
+FRACTIONAL = ENV.replace(code_f={"fractional": True})
 
 
 def ans(kind: str, payload: str) -> str:
@@ -52,7 +56,7 @@ def test_code_o_needs_no_sandbox():
         (O_TASK, ans("output", "[1, 1")),
         (O_TASK, "I think it is [1, 1]"),
     ]
-    got = [(j.format_ok, j.correct, j.score, j.reason) for j in check_many(items, sandbox=None)]
+    got = [(j.format_ok, j.correct, j.score, j.reason) for j in check_many(items, None, ENV)]
     assert got == [
         (True, True, 1.0, None),
         (True, False, 0.0, "wrong"),
@@ -68,14 +72,14 @@ def test_code_o_never_evaluates_model_text(tmp_path):
     # AZR defect: model text was passed to eval in the trainer process
     marker = tmp_path / "pwned"
     text = ans("output", f"__import__('os').system('touch {marker}')")
-    (j,) = check_many([(O_TASK, text)])
+    (j,) = check_many([(O_TASK, text)], None, ENV)
     assert (j.format_ok, j.correct) == (False, False)
     assert not marker.exists()
 
 
 def test_code_o_nan_equals_nan():
     task = Task(id="n", type=CODE_O, program="", input="1", output="[1, nan]")
-    (j,) = check_many([(task, ans("output", "[1, nan]"))])
+    (j,) = check_many([(task, ans("output", "[1, nan]"))], None, ENV)
     assert j.correct
 
 
@@ -91,7 +95,7 @@ def test_code_i_runs_in_sandbox(sandbox):
         (err_task, ans("input", "0")),
         (I_TASK, ans("input", "5, 6")),  # wrong arity -> TypeError in the sandbox
     ]
-    got = [(j.format_ok, j.correct, j.reason) for j in check_many(items, rec)]
+    got = [(j.format_ok, j.correct, j.reason) for j in check_many(items, rec, ENV)]
     assert got == [
         (True, True, None),
         (True, False, "wrong"),
@@ -114,7 +118,7 @@ def test_code_f_binary_and_fractional(sandbox):
     items = [(F_TASK, ans("python", p)) for p in (right, shown_only, partly, helper)]
     items.append((F_TASK, ans("python", "import os\ndef f(n):\n    return n * n")))
     items.append((F_TASK, ans("python", "def g(n):\n    return n * n")))
-    binary = check_many(items, sandbox)
+    binary = check_many(items, sandbox, ENV)
     assert [(j.correct, j.score) for j in binary] == [
         (True, 1.0),
         (False, 0.0),
@@ -125,16 +129,16 @@ def test_code_f_binary_and_fractional(sandbox):
     ]
     assert binary[4].reason == "banned:os" and binary[4].format_ok
     assert binary[5].reason == "no_entry_function"
-    frac = check_many(items, sandbox, CheckConfig(fractional=True))
+    frac = check_many(items, sandbox, FRACTIONAL)
     assert [j.score for j in frac] == [1.0, 1 / 5, 3 / 5, 1.0, 0.0, 0.0]
     assert [j.correct for j in frac] == [True, False, False, True, False, False]
 
 
 def test_code_f_hidden_runtime_error_fails(sandbox):
     crash = "def f(n):\n    return n * n if n else 1 // n"
-    (j,) = check_many([(F_TASK, ans("python", crash))], sandbox)
+    (j,) = check_many([(F_TASK, ans("python", crash))], sandbox, ENV)
     assert (j.correct, j.reason) == (False, "runtime_error:ZeroDivisionError")
-    (jf,) = check_many([(F_TASK, ans("python", crash))], sandbox, CheckConfig(fractional=True))
+    (jf,) = check_many([(F_TASK, ans("python", crash))], sandbox, FRACTIONAL)
     assert jf.score == 4 / 5 and jf.reason == "runtime_error:ZeroDivisionError"
 
 
@@ -146,7 +150,7 @@ def test_mixed_batch_is_one_sandbox_call_and_rewards(sandbox):
         (F_TASK, ans("python", "def f(n):\n    return n * n")),
         (F_TASK, "no answer"),
     ]
-    js = check_many(items, rec)
+    js = check_many(items, rec, ENV)
     assert rec.calls == 1
     attempts = [to_attempt(t, "s1", c, j, token_ids=[1, 2]) for (t, c), j in zip(items, js)]
     assert [a.reward for a in attempts] == [1.0, -0.5, 1.0, -1.0]
@@ -155,12 +159,12 @@ def test_mixed_batch_is_one_sandbox_call_and_rewards(sandbox):
 
 def test_needs_sandbox_for_code_i():
     with pytest.raises(ValueError, match="sandbox"):
-        check_many([(I_TASK, ans("input", "5"))], sandbox=None)
+        check_many([(I_TASK, ans("input", "5"))], None, ENV)
 
 
 def test_hostile_student_program_is_contained(sandbox, tmp_path):
     marker = f"/tmp/populora_pwned_checking_{os.getpid()}"
     evil = f"def f(n):\n    o = open\n    o('{marker}', 'w').write('x')\n    return n * n"
-    (j,) = check_many([(F_TASK, ans("python", evil))], sandbox)
+    (j,) = check_many([(F_TASK, ans("python", evil))], sandbox, ENV)
     assert not j.correct and j.reason == "banned:open"
     assert not os.path.exists(marker)

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from populora.sandbox import Sandbox, SandboxLimits
-from populora.tasks.checking import CheckConfig, check_many
-from populora.tasks.kinds import PromptEnv, all_kinds, default_kind_names, get_kind, kind_names
+from populora.tasks.checking import check_many
+from populora.tasks.config import TaskEnv
+from populora.tasks.kinds import all_kinds, default_kind_names, get_kind, kind_names
 from populora.tasks.parsing import parse_proposal
-from populora.tasks.validation import ValidationConfig, validate_many
+from populora.tasks.validation import validate_many
+
+ENV = TaskEnv(require_think=False)  # answers in <answer> tags, no reasoning required
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,26 +59,26 @@ def test_each_kind_end_to_end(name, sandbox):
     kind = get_kind(name)
     program, inputs, message, right, wrong, gold = CASES[name]
     text = _teacher(name, program, inputs, message)
-    proposal = parse_proposal(text, name, program=program if kind.given_program else None, teacher_id="t0")
+    proposal = parse_proposal(text, name, ENV, program=program if kind.given_program else None, teacher_id="t0")
     assert proposal.reason is None, proposal
-    (verdict,) = validate_many([proposal], sandbox, ValidationConfig())
+    (verdict,) = validate_many([proposal], sandbox, ENV)
     assert verdict.valid, verdict.reason
     task = verdict.task
     if gold is not None:
         assert task.output == gold
-    for env in (PromptEnv(templates="azr"), PromptEnv(templates="compact")):
+    for env in (ENV.replace(templates="azr"), ENV.replace(templates="compact")):
         question = kind.student_question(task, env)
         assert task.program not in question if kind.given_program else task.program in question
     answers = [f"<answer>\n```{kind.student_block}\n{a}\n```\n</answer>" for a in (right, wrong)]
-    good, bad = check_many([(task, a) for a in answers], sandbox, CheckConfig())
+    good, bad = check_many([(task, a) for a in answers], sandbox, ENV)
     assert good.correct and good.reason is None, good
     assert not bad.correct and bad.format_ok, bad
 
 
 def test_code_e_rejects_what_is_not_a_program_error(sandbox):
-    timeout = parse_proposal(_teacher("code_e", "def f(n):\n    while True:\n        n += 1", ["1"]), "code_e")
-    returns = parse_proposal(_teacher("code_e", "def f(n):\n    return n", ["1"]), "code_e")
-    v_timeout, v_returns = validate_many([timeout, returns], sandbox, ValidationConfig())
+    timeout = parse_proposal(_teacher("code_e", "def f(n):\n    while True:\n        n += 1", ["1"]), "code_e", ENV)
+    returns = parse_proposal(_teacher("code_e", "def f(n):\n    return n", ["1"]), "code_e", ENV)
+    v_timeout, v_returns = validate_many([timeout, returns], sandbox, ENV)
     assert not v_timeout.valid and v_timeout.reason == "timeout"
     assert v_returns.valid and v_returns.task.output == "NoError"
 
@@ -91,11 +94,10 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def test_only_the_kinds_know_their_names():
-    """Task types are objects: outside the kinds package, the records' constants, AZR's templates and
-    AZR's seeding procedure (defined in terms of code_i/code_o/code_f), no code names a kind (a string
-    equal to a kind's name, or a CODE_* constant); docstrings and comments may."""
-    allowed = {"populora/tasks/records.py", "populora/tasks/azr_templates.py", "populora/tasks/seeds.py",
-               "populora/tasks/__init__.py"}
+    """Task types are objects: outside the kinds package, the records' constants and AZR's templates,
+    no code names a kind (a string equal to a kind's name, or a CODE_* constant); docstrings and
+    comments may. Seeding asks the kinds too (``seed_order``, ``given_program``)."""
+    allowed = {"populora/tasks/records.py", "populora/tasks/azr_templates.py", "populora/tasks/__init__.py"}
     names = set(kind_names())
     offenders = []
     for path in sorted((ROOT / "populora").rglob("*.py")):

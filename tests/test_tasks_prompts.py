@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from populora.tasks.kinds import PromptEnv, all_kinds
+from populora.tasks.config import TaskEnv
+from populora.tasks.kinds import all_kinds
 from populora.tasks.parsing import parse_proposal, parse_student_answer
 from populora.tasks.prompts import (
     check_prompt_ending,
@@ -15,8 +16,11 @@ from populora.tasks.prompts import (
 )
 from populora.tasks.records import CODE_F, CODE_I, CODE_O, Task
 
-COMPACT = PromptEnv(templates="compact")
-AZR = PromptEnv(templates="azr")
+COMPACT = TaskEnv(templates="compact")
+AZR = TaskEnv(templates="azr")
+ENV = TaskEnv(require_think=False)  # answers in <answer> tags, no reasoning required
+LENIENT = ENV.replace(require_answer_tag=False)  # small models: completions without tags read whole
+PREFILLED = TaskEnv(answer_prefill=True)
 E_TASK = Task(id="e", type="code_e", program="def f(d):\n    return d['k']", input="{}", output="KeyError")
 
 REF = Task(
@@ -128,9 +132,9 @@ def test_no_prompt_ends_in_bare_newline():
 def test_answer_formats_shown_in_prompts_parse():
     # the example answers in the templates follow the grammar the parser expects
     ok = "<answer>\n```python\ndef f(x):\n    return x\n```\n```input\n1\n```\n</answer>"
-    assert parse_proposal(ok, CODE_O).reason is None
-    assert parse_student_answer("<answer>\n```output\n[1, 'a']\n```\n</answer>", CODE_O).format_ok
-    assert parse_student_answer("<answer>\n```input\n'a', [1, 2]\n```\n</answer>", CODE_I).format_ok
+    assert parse_proposal(ok, CODE_O, ENV).reason is None
+    assert parse_student_answer("<answer>\n```output\n[1, 'a']\n```\n</answer>", CODE_O, ENV).format_ok
+    assert parse_student_answer("<answer>\n```input\n'a', [1, 2]\n```\n</answer>", CODE_I, ENV).format_ok
 
 
 def test_answer_prefills_never_end_in_whitespace_and_parse_back():
@@ -139,14 +143,15 @@ def test_answer_prefills_never_end_in_whitespace_and_parse_back():
 
     for kind in all_kinds():
         for role in ("teacher", "student"):
-            check_prompt_ending(format_r1("question") + prefill(role, kind))
-    TEACHER_PREFILL = {k: prefill("teacher", k) for k in all_kinds()}
-    STUDENT_PREFILL = {k: prefill("student", k) for k in all_kinds()}
+            check_prompt_ending(format_r1("question") + prefill(role, kind, PREFILLED))
+        assert prefill("teacher", kind, ENV) == prefill("student", kind, ENV) == ""  # only when asked for
+    TEACHER_PREFILL = {k: prefill("teacher", k, PREFILLED) for k in all_kinds()}
+    STUDENT_PREFILL = {k: prefill("student", k, PREFILLED) for k in all_kinds()}
     # the model continues the opened block; prefill + completion parses in lenient mode
     text = TEACHER_PREFILL["code_o"] + "x):\n    return x * 3\n```\n```input\n7\n```"
-    p = parse_proposal(text, "code_o", require_answer_tag=False)
+    p = parse_proposal(text, "code_o", LENIENT)
     assert p.reason is None and p.program == "def f(x):\n    return x * 3" and p.inputs == ("7",)
-    s = parse_student_answer(STUDENT_PREFILL["code_o"] + "\n21\n```", "code_o", require_answer_tag=False)
+    s = parse_student_answer(STUDENT_PREFILL["code_o"] + "\n21\n```", "code_o", LENIENT)
     assert s.format_ok and s.answer == "21"
     # strict mode still requires a closed <answer> block
-    assert parse_student_answer(STUDENT_PREFILL["code_o"] + "\n21\n```", "code_o").format_ok is False
+    assert parse_student_answer(STUDENT_PREFILL["code_o"] + "\n21\n```", "code_o", ENV).format_ok is False

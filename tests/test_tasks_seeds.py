@@ -9,16 +9,15 @@ import pytest
 
 from populora.policy.base import Completion, GenerationResult, SamplingParams
 from populora.sandbox import Sandbox, SandboxLimits
-from populora.tasks.buffers import seed_buffers
+from populora.tasks.config import SeedConfig, TaskEnv
 from populora.tasks.records import CODE_F, CODE_I, CODE_O
 from populora.tasks.seeds import (
     AZR_SEED_INPUT,
     AZR_SEED_PROGRAM,
     SEED_PROGRAMS,
-    SeedConfig,
     generate_seed_buffers,
+    seed_buffers,
 )
-from populora.tasks.validation import ValidationConfig
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +61,8 @@ class ScriptedBackend:
 def test_generated_seeds_follow_azr(sandbox):
     backend = ScriptedBackend()
     cfg = SeedConfig(target=10, batch=4, max_rounds=5, min_valid=3)
-    report = generate_seed_buffers(backend, sandbox, cfg, SamplingParams(temperature=1.0), random.Random(0),
-                                   references=6)
+    report = generate_seed_buffers(backend, sandbox, TaskEnv(seeds=cfg, references=6), SamplingParams(temperature=1.0),
+                                   random.Random(0))
     assert report.source == "generated"
     assert set(backend.adapters) == {None}  # the bare base model writes the seeds
     # the identity program starts the set; rounds of 4 code_i then 4 code_o prompts until 10 triplets
@@ -93,8 +92,8 @@ def test_generated_seeds_follow_azr(sandbox):
 
 def test_handwritten_source_skips_generation(sandbox):
     backend = ScriptedBackend()
-    report = generate_seed_buffers(backend, sandbox, SeedConfig(source="handwritten"), SamplingParams(),
-                                   random.Random(0))
+    report = generate_seed_buffers(backend, sandbox, TaskEnv(seeds=SeedConfig(source="handwritten")),
+                                   SamplingParams(), random.Random(0))
     assert backend.prompts == [] and report.source == "handwritten"
     reference = seed_buffers(sandbox)
     for tt in (CODE_O, CODE_I):
@@ -103,10 +102,12 @@ def test_handwritten_source_skips_generation(sandbox):
 
 
 def test_config_errors_name_the_key():
-    with pytest.raises(ValueError, match="seeds: source must be one of"):
+    with pytest.raises(ValueError, match="key 'tasks.seeds.source': must be one of"):
         SeedConfig(source="azr")
-    with pytest.raises(ValueError, match="seeds: batch must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="key 'tasks.seeds.batch': must be an integer >= 1, got 0"):
         SeedConfig(batch=0)
+    with pytest.raises(ValueError, match="key 'tasks.seeds.templates': 'azr2' is not a template set"):
+        TaskEnv(seeds=SeedConfig(templates="azr2"))
 
 
 @pytest.mark.slow
@@ -117,8 +118,7 @@ def test_tiny_model_yields_no_valid_seed_and_falls_back_to_the_handwritten_set(s
     backend = make_backend({"model": "tiny", "device": "cpu", "cpu_threads": 1})
     cfg = SeedConfig(target=256, batch=4, max_rounds=2, min_valid=6)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=48, seed=0)
-    report = generate_seed_buffers(backend, sandbox, cfg, sampling, random.Random(0),
-                                   validation=ValidationConfig())
+    report = generate_seed_buffers(backend, sandbox, TaskEnv(seeds=cfg), sampling, random.Random(0))
     generated = report.valid[CODE_I] + report.valid[CODE_O]
     print(f"\ntiny: {dict(report.prompts)} prompts, {generated} valid code_i/code_o seeds, "
           f"{report.valid[CODE_F]} code_f; rejected {dict(report.rejected)}; source {report.source}")

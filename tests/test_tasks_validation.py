@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from populora.sandbox import Sandbox, SandboxLimits
-from populora.tasks.buffers import seed_buffers
+from populora.tasks.config import TaskEnv
 from populora.tasks.records import CODE_F, CODE_I, CODE_O, Proposal
-from populora.tasks.seeds import SEED_PROGRAMS
-from populora.tasks.validation import ValidationConfig, validate_many
+from populora.tasks.seeds import SEED_PROGRAMS, seed_buffers
+from populora.tasks.validation import validate_many
 
 
 class RecordingSandbox:
@@ -62,7 +62,7 @@ def test_one_batch_with_two_replicas(sandbox):
     assert validate_many([io("import os\ndef f(x):\n    return x", "1")], rec)[0].reason == "banned:os"
     assert len(rec.batches) == 2  # nothing to run -> no sandbox call
     together = RecordingSandbox(sandbox)
-    validate_many(props, together, ValidationConfig(replicas_in_turn=False))
+    validate_many(props, together, TaskEnv(replicas_in_turn=False))
     assert len(together.batches) == 1 and len(together.batches[0]) == 10  # the old layout, for benchmarks
 
 
@@ -126,7 +126,7 @@ def test_long_outputs_are_never_truncated(sandbox):
     (big,) = validate_many([io("def f(n):\n    return 'a' * n", "1200")], sandbox)
     assert (big.valid, big.reason) == (False, "output_too_large")
     (small,) = validate_many(
-        [io("def f(n):\n    return 'a' * n", "600")], sandbox, ValidationConfig(max_output_chars=500)
+        [io("def f(n):\n    return 'a' * n", "600")], sandbox, TaskEnv(max_output_chars=500)
     )
     assert small.reason == "output_too_large"
 
@@ -236,7 +236,7 @@ def test_item_7_programs_are_rejected_before_execution():
 
     from populora.tasks.validation import static_reason
 
-    cfg = ValidationConfig()
+    cfg = TaskEnv()
     for program, reason in ITEM_7:
         proposal = Proposal(type="code_o", program=program, inputs=("1",))
         assert static_reason(proposal, cfg)[0] == reason, program

@@ -23,7 +23,6 @@ verdict from every approach (mismatches are printed and make the exit status 1).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -99,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from populora.sandbox import Sandbox, SandboxLimits, SandboxLimitsError
-    from populora.tasks.validation import ValidationConfig, static_reason, validate_many
+    from populora.tasks.config import TaskEnv
+    from populora.tasks.validation import static_reason, validate_many
 
     try:
         limits = SandboxLimits(
@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
     rows = load_corpus(args.corpus)
     proposals = corpus_proposals(rows)
     workers = args.workers or os.cpu_count() or 1
-    cfg = ValidationConfig(max_output_chars=limits.max_output_chars)
-    together = dataclasses.replace(cfg, replicas_in_turn=False)
+    cfg = TaskEnv(max_output_chars=limits.max_output_chars)
+    together = cfg.replace(replicas_in_turn=False)
     n_exec = sum(len(cfg.replicas) for p in proposals if static_reason(p, cfg)[0] is None)
     types = Counter(p.type for p in proposals)
     print(

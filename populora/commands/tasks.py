@@ -175,7 +175,8 @@ def _read_items(args: argparse.Namespace, command: str, parse, failed: dict[str,
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from populora.tasks.validation import ValidationConfig, validate_many
+    from populora.tasks.config import TaskEnv
+    from populora.tasks.validation import validate_many
 
     failed = {"valid": False, "seconds": 0.0}
     out = _open_output(args, "validate")
@@ -187,12 +188,12 @@ def run_validate(args: argparse.Namespace) -> int:
         return 2
     results, todo = parsed
     malformed = sorted(results)  # lines that could not be read as proposals
-    cfg = ValidationConfig(max_output_chars=args.max_output_chars)
+    env = TaskEnv(max_output_chars=args.max_output_chars)
     start = time.monotonic()
     try:
         sandbox = _open_sandbox(args)
         try:
-            verdicts = _run_each([p for _, p in todo], lambda ps: validate_many(ps, sandbox, cfg))
+            verdicts = _run_each([p for _, p in todo], lambda ps: validate_many(ps, sandbox, env))
         finally:
             _close_quietly(sandbox, "validate")
     except BaseException:
@@ -245,7 +246,10 @@ def task_from_json(obj: dict[str, Any]) -> Task:
     if "task" in obj:
         if not isinstance(obj["task"], dict):
             raise ValueError("'task' must be a JSON object")
-        return Task.from_json(obj["task"])
+        task = Task.from_json(obj["task"])
+        if task.type not in kind_names():
+            raise ValueError(f"'task.type' is {task.type!r}; expected one of {', '.join(kind_names())}")
+        return task
     task_type = obj.get("type")
     if task_type not in kind_names():
         raise ValueError(f"'type' is {task_type!r}; expected one of {', '.join(kind_names())}")
@@ -281,7 +285,8 @@ def completion_from_json(obj: dict[str, Any], task: Task) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from populora.tasks.checking import CheckConfig, check_many
+    from populora.tasks.checking import check_many
+    from populora.tasks.config import TaskEnv
 
     def parse(obj: dict[str, Any]) -> tuple[Task, str]:
         task = task_from_json(obj)
@@ -297,11 +302,12 @@ def run_check(args: argparse.Namespace) -> int:
         return 2
     results, todo = parsed
     malformed = sorted(results)
-    cfg = CheckConfig(fractional=args.fractional)
+    # the answer formats a check line may use: a bare <answer> payload, no reasoning required
+    env = TaskEnv(require_think=False, max_output_chars=args.max_output_chars, code_f={"fractional": args.fractional})
     try:
         sandbox = _open_sandbox(args)
         try:
-            judgements = _run_each([item for _, item in todo], lambda items: check_many(items, sandbox, cfg))
+            judgements = _run_each([item for _, item in todo], lambda items: check_many(items, sandbox, env))
         finally:
             _close_quietly(sandbox, "check")
     except BaseException:

@@ -1,6 +1,7 @@
 """Diagnostics of self-play runs: is there an arms race, or is the agent collapsing?
 
-- ``complexity``: AST depth, McCabe and cognitive complexity, lines, variables of a program;
+- program complexity (AST depth, McCabe and cognitive complexity, lines, variables): ``populora.tasks.complexity``,
+  where the step loop measures it too;
 - ``coverage``: a CVT archive (``ribs``) over program descriptors, coverage over time;
 - ``arms_race``: rating, solve-rate, response-length and entropy series from ``metrics.jsonl``;
 - ``lineage``: the family tree and evolution events from ``lineage.jsonl``;

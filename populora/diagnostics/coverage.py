@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from populora.diagnostics.complexity import program_complexity
+from populora.tasks.complexity import program_complexity
 
 # feature -> (lower, upper): program sizes typical of AZR-style tasks (a 1-30 line function);
 # changing them changes every coverage figure: they are part of the metric's definition.

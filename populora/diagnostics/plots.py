@@ -19,8 +19,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from populora.diagnostics import arms_race as ar  # noqa: E402
-from populora.diagnostics.complexity import FEATURES  # noqa: E402
 from populora.diagnostics.lineage import edges, lives  # noqa: E402
+from populora.tasks.complexity import FEATURES  # noqa: E402
 
 ROLE_COLORS = {"teacher": "tab:red", "student": "tab:blue", "agent": "tab:green"}
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from populora.diagnostics import lineage, plots
-from populora.diagnostics.complexity import FEATURES, complexity_metrics, mean_features
 from populora.diagnostics.coverage import (
     DEFAULT_CELLS,
     DEFAULT_SEED,
@@ -29,6 +28,7 @@ from populora.diagnostics.coverage import (
     save_centroids,
 )
 from populora.diagnostics.runs import Run, load_run
+from populora.tasks.complexity import FEATURES, complexity_metrics, mean_features
 
 CAPTIONS = {
     "solve_rates": "Student solve rate (top) and teacher valid rate (bottom) per task type. A single agent "

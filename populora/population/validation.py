@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from populora.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A population setting is invalid; the message names the key and the value."""
+__all__ = ["ConfigError", "Interval", "check_in", "coerce_number", "from_mapping", "interval"]
 
 
 class Interval(NamedTuple):

@@ -24,7 +24,10 @@ import time
 import weakref
 from pathlib import Path
 
-from populora.sandbox import protocol, results, scratch, seccomp
+import populora.sandbox.protocol as protocol
+import populora.sandbox.results as results
+import populora.sandbox.scratch as scratch
+import populora.sandbox.seccomp as seccomp
 from populora.sandbox.api import Outcome, Program, SandboxLimits
 from populora.signals import children_immune
 

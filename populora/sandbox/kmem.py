@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from populora.sandbox import Program, Sandbox, SandboxLimits
+from populora.sandbox.api import Program, SandboxLimits
+from populora.sandbox.executor import Sandbox
 
 MIB = 1 << 20
 IDLE = "import time\ndef f(hold):\n    time.sleep(hold)\n    return 0\n"

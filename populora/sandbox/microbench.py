@@ -149,7 +149,8 @@ def layer_syscall_costs(n: int = 200) -> dict[str, float]:
     figures; the differential run is."""
     import json
 
-    from populora.sandbox import isolation, seccomp
+    import populora.sandbox.isolation as isolation
+    import populora.sandbox.seccomp as seccomp
 
     r, w = os.pipe()
     pid = os.fork()

@@ -13,7 +13,7 @@ import math
 import re
 import signal
 
-from populora.sandbox import protocol
+import populora.sandbox.protocol as protocol
 from populora.sandbox.api import CRASHED, ERROR, MEMORY, OK, OUTPUT_TOO_LARGE, TIMEOUT, Outcome
 
 MAX_DETAIL = 300

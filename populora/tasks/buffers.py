@@ -8,9 +8,7 @@ Each task type has its own buffer. A buffer
   leaves first, so the hand-written seeds stay as references;
 - samples K reference tasks without replacement from a caller-seeded ``random.Random``.
 
-``seed_buffers`` validates the seed set (``seeds.py``) in the sandbox and fills the code_o and code_i
-buffers with it; the code_f buffer starts empty (a code_f teacher is given a program from the code_o
-and code_i buffers, see ``TaskBuffers.sample_program``).
+How the buffers start is ``seeds.py``'s (``generate_seed_buffers``, ``seed_buffers``).
 """
 
 from __future__ import annotations
@@ -20,11 +18,9 @@ import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from populora.tasks.kinds import all_kinds, get_kind, kind_names
-from populora.tasks.records import Task
+from populora.tasks.kinds.registry import all_kinds, get_kind, kind_names
+from populora.tasks.records import SEED_TEACHER, Task
 from populora.tasks.values import input_key
-
-SEED_TEACHER = "seed"
 
 
 def normalise_program(program: str) -> str:
@@ -159,17 +155,3 @@ class TaskBuffers:
                 bufs.by_type[t] = TaskBuffer.from_json(data[t])
         return bufs
 
-
-def seed_buffers(sandbox, capacity: int | None = None, cfg=None) -> TaskBuffers:
-    """Buffers holding the validated hand-written seed set (code_o and code_i). Raises if a seed is invalid."""
-    from populora.tasks.seeds import seed_proposals
-    from populora.tasks.validation import validate_many
-
-    bufs = TaskBuffers(capacity)
-    sources = [name for name, kind in all_kinds().items() if kind.program_source]
-    proposals = [p for name in sources for p in seed_proposals(name)]  # one sandbox batch for all
-    for proposal, verdict in zip(proposals, validate_many(proposals, sandbox, cfg)):
-        if not verdict.valid:
-            raise RuntimeError(f"seed program is invalid ({verdict.reason}):\n{proposal.program}")
-        bufs.add(verdict.task)
-    return bufs

@@ -9,7 +9,7 @@ The task kind (``populora.tasks.kinds``) reads and judges each answer:
   gold output. Any input that produces the output is right.
 - ``code_f``: the candidate program must pass the same static checks as a proposal (parses, defines
   ``f``, AST safety check) and then runs in the sandbox on the hidden inputs; correct when every
-  hidden output matches (binary, the default). With ``fractional=True`` each hidden input runs as its
+  hidden output matches (binary, the default). With ``tasks.code_f.fractional`` each hidden input runs as its
   own execution and ``score`` is the fraction matched (``correct`` stays "all matched").
 - ``code_e``: the predicted error type name equals the gold one (``NoError`` when f returns).
 
@@ -25,35 +25,23 @@ Such a task cannot be judged; the solve stage gives its teacher the invalid rewa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from populora.sandbox import Program
-from populora.tasks.kinds import CheckRun, Judgement, get_kind
+from populora.sandbox.api import Program
+from populora.tasks.config import TaskEnv
+from populora.tasks.kinds.base import CheckRun, Judgement
+from populora.tasks.kinds.registry import get_kind
 from populora.tasks.parsing import parse_student_answer
 from populora.tasks.records import FORMAT, Attempt, Task
 from populora.tasks.rewards import student_reward
-from populora.tasks.validation import ValidationConfig
 
 
-@dataclass(frozen=True)
-class CheckConfig:
-    """Knobs of answer checking."""
-
-    fractional: bool = False  # code_f: score = fraction of hidden pairs matched
-    require_fence: bool = False  # accept a bare <answer> payload when it holds no fenced block
-    require_answer_tag: bool = True  # False: read a completion without <answer> tags whole (small models)
-    require_think: bool = False  # AZR's format check: </think> then <answer> (the run default: on)
-    validation: ValidationConfig = field(default_factory=ValidationConfig)  # entry name, AST check
-
-
-def check_many(
-    items: Sequence[tuple[Task, str]], sandbox=None, cfg: CheckConfig | None = None
-) -> list[Judgement]:
-    """Judge ``(task, completion)`` pairs; one ``Judgement`` each, in order.
+def check_many(items: Sequence[tuple[Task, str]], sandbox, env: TaskEnv) -> list[Judgement]:
+    """Judge ``(task, completion)`` pairs under the task environment ``env`` (its format rules, entry
+    name and kind settings); one ``Judgement`` each, in order.
 
     ``sandbox`` (a ``populora.sandbox.Sandbox``) is needed only when an answer must run (code_i, code_f).
     """
-    return check_and_rerun(items, (), sandbox, cfg)[0]
+    return check_and_rerun(items, (), sandbox, env)[0]
 
 
 def gold_calls(task: Task) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -74,33 +62,27 @@ def rerun_changed(task: Task, outcome) -> bool | None:
 
 
 def check_and_rerun(
-    items: Sequence[tuple[Task, str]], rerun: Sequence[Task], sandbox=None, cfg: CheckConfig | None = None
+    items: Sequence[tuple[Task, str]], rerun: Sequence[Task], sandbox, env: TaskEnv
 ) -> tuple[list[Judgement], frozenset[str]]:
     """``check_many`` of ``items`` and, in the same sandbox batch, one more execution of every task of
     ``rerun`` on its gold inputs; returns the judgements and the ids of the tasks whose program no
     longer gives its gold outputs (``rerun_changed``)."""
-    from populora.tasks.validation import kind_config
-
-    cfg = cfg or CheckConfig()
-    kcfg = kind_config(cfg.validation)
-    kcfg.fractional = cfg.fractional
     results: list[Judgement | None] = [None] * len(items)
     runs: list[tuple[int, CheckRun, int]] = []  # (item index, run, first program)
     programs = []
     for i, (task, completion) in enumerate(items):
-        parsed = parse_student_answer(completion, task.type, cfg.require_fence, cfg.require_answer_tag,
-                                      cfg.require_think)
+        parsed = parse_student_answer(completion, task.type, env)
         if not parsed.format_ok:
             results[i] = Judgement(None, False, False, 0.0, FORMAT)
             continue
-        plan = get_kind(task.type).check(task, parsed.answer, kcfg)
+        plan = get_kind(task.type).check(task, parsed.answer, env)
         if isinstance(plan, Judgement):
             results[i] = plan
         else:
             runs.append((i, plan, len(programs)))
             programs.extend(plan.programs)
     first_rerun = len(programs)
-    programs.extend(Program(t.program, entry=kcfg.entry, calls=gold_calls(t)[0]) for t in rerun)
+    programs.extend(Program(t.program, entry=env.entry, calls=gold_calls(t)[0]) for t in rerun)
     if programs and sandbox is None:
         raise ValueError("check_many: answers that must run need a sandbox")
     outcomes = sandbox.run_many(programs) if programs else []

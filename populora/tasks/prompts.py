@@ -1,10 +1,12 @@
 """Prompts of the task environment: the kinds' questions, the wrappers, the answer prefills.
 
 Each task kind (``populora.tasks.kinds``) writes its own teacher (proposer) and student (solver)
-question, with AZR's templates (``azr_templates.py``, ``tasks.templates: azr``, the default) or our
-short ones (``kinds/compact.py``, ``compact``). Each question is then wrapped: ``format_r1`` (the AZR "conversation between User and
-Assistant" wrapper) or ``format_chat`` (the tokenizer's chat template) turns it into the text the model
-continues, ending with an opened ``<think>`` so the model starts by reasoning.
+question from its template set (``tasks.templates``: ``azr``, AZR's templates in ``azr_templates.py``,
+the default; ``compact``, our short ones in ``kinds/compact.py``). Each question is then wrapped
+(``tasks.prompt_style``): ``format_r1`` (the AZR "conversation between User and Assistant" wrapper) or
+``format_chat`` (the tokenizer's chat template) turns it into the text the model continues, ending
+with an opened ``<think>`` so the model starts by reasoning; ``wrap`` picks the one the environment
+names, and ``prefill`` appends the kind's opened answer block when ``tasks.answer_prefill`` is on.
 
 A prompt never ends in a bare newline right before the model writes: with byte-level BPE tokenizers a
 trailing ``"\\n"`` splits the token the model would have produced for ``"\\n    "`` or ``"\\ndef"`` and
@@ -14,8 +16,13 @@ valid-code rates collapse. Both wrappers end in ``<think>``; ``check_prompt_endi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from populora.tasks.kinds.registry import get_kind
 from populora.tasks.records import Task
+
+if TYPE_CHECKING:
+    from populora.tasks.config import TaskEnv
 
 THINK_OPEN = "<think>"
 
@@ -27,20 +34,16 @@ R1_TEMPLATE = (
     "</answer>.\nUser: {question}\nAssistant: <think>"
 )
 
-def teacher_prompt(task_type: str, references: Sequence[Task], program: str | None = None, env=None) -> str:
-    """The teacher's question for a task type (unwrapped; see ``format_r1``/``format_chat``): the kind's
-    own template (``env.templates``: ``azr`` or ``compact``). ``references`` are the K tasks sampled from
-    the buffer of this type; a ``given_program`` kind (code_f) needs ``program``."""
-    from populora.tasks.kinds import PromptEnv, get_kind
-
-    return get_kind(task_type).teacher_question(references, program, env or PromptEnv())
+def teacher_prompt(task_type: str, references: Sequence[Task], env: TaskEnv, program: str | None = None) -> str:
+    """The teacher's question for a task type (unwrapped; see ``wrap``): the kind's own template in
+    ``env.templates``' set. ``references`` are the K tasks sampled from the buffer of this type; a
+    ``given_program`` kind (code_f) needs ``program``."""
+    return get_kind(task_type).teacher_question(references, program, env)
 
 
-def student_prompt(task: Task, env=None) -> str:
+def student_prompt(task: Task, env: TaskEnv) -> str:
     """The student's question for one task (unwrapped)."""
-    from populora.tasks.kinds import PromptEnv, get_kind
-
-    return get_kind(task.type).student_question(task, env or PromptEnv())
+    return get_kind(task.type).student_question(task, env)
 
 
 def check_prompt_ending(prompt: str) -> str:
@@ -69,11 +72,18 @@ def format_chat(question: str, tokenizer) -> str:
     return check_prompt_ending(text + THINK_OPEN)
 
 
-def prefill(role: str, task_type: str) -> str:
-    """The answer prefill of a role for small models (``tasks.answer_prefill``): appended after the
-    wrapper's ``<think>``, it skips the reasoning and opens the answer block, so that the model only has
-    to continue the code or value. None of them ends in whitespace (see ``check_prompt_ending``)."""
-    from populora.tasks.kinds import get_kind
+def wrap(question: str, env: TaskEnv, tokenizer=None) -> str:
+    """``question`` in the wrapper ``env.prompt_style`` names: ``r1`` (``format_r1``) or ``chat``
+    (``format_chat`` with ``tokenizer``)."""
+    return format_r1(question) if env.prompt_style == "r1" else format_chat(question, tokenizer)
 
+
+def prefill(role: str, task_type: str, env: TaskEnv) -> str:
+    """The answer prefill of a role for small models when ``env.answer_prefill`` is on (else ""):
+    appended after the wrapper's ``<think>``, it skips the reasoning and opens the answer block, so
+    that the model only has to continue the code or value. None of them ends in whitespace (see
+    ``check_prompt_ending``)."""
+    if not env.answer_prefill:
+        return ""
     kind = get_kind(task_type)
     return kind.teacher_prefill if role == "teacher" else kind.student_prefill

@@ -8,7 +8,9 @@ The task types are task kinds (``populora.tasks.kinds``: ``code_o`` deduction, `
 Inputs and outputs are kept as text: an input is the text of a Python argument list of literals
 (``"1, [2, 3]"`` means ``f(1, [2, 3])``) and an output is the ``repr`` of the returned value.
 
-All records serialise to plain JSON (``to_json`` / ``from_json``) for buffers and checkpoints.
+All records serialise to plain JSON (``to_json`` / ``from_json``) for buffers and checkpoints. They are
+plain data: whether a record's ``type`` names a registered kind is checked where records come in
+(the buffers, the command line), by the kinds' registry.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from typing import Any
 CODE_O = "code_o"
 CODE_I = "code_i"
 CODE_F = "code_f"
+
+# The teacher id of the tasks the buffers start with (``seeds.py``): no member wrote them.
+SEED_TEACHER = "seed"
 
 # --- machine-readable reasons --------------------------------------------------------------------
 # A rejected proposal or a failed attempt carries one of these (or a parametrised form below).
@@ -91,14 +96,6 @@ def reason_kind(reason: str | None) -> str | None:
     return kind if kind in _REASON_KINDS else OTHER_KIND
 
 
-def _check_type(task_type: str) -> str:
-    from populora.tasks.kinds import kind_names  # late: the kinds import these records
-
-    if task_type not in kind_names():
-        raise ValueError(f"unknown task type {task_type!r}; expected one of {', '.join(kind_names())}")
-    return task_type
-
-
 class _JsonRecord:
     """JSON (de)serialisation shared by the records: tuples become lists and back."""
 
@@ -137,9 +134,6 @@ class Proposal(_JsonRecord):
     completion: str = ""
     reason: str | None = None
 
-    def __post_init__(self) -> None:
-        _check_type(self.type)
-
 
 @dataclass(frozen=True)
 class Task(_JsonRecord):
@@ -158,7 +152,6 @@ class Task(_JsonRecord):
     step: int = 0
 
     def __post_init__(self) -> None:
-        _check_type(self.type)
         if self.inputs or self.outputs:  # a task of several input/output pairs (induction)
             if len(self.inputs) != len(self.outputs):
                 raise ValueError(f"task {self.id}: {len(self.inputs)} inputs but {len(self.outputs)} outputs")

@@ -8,6 +8,11 @@ until 256 induction tasks are found. ``generate_seed_buffers`` does the same thr
 ``PolicyBackend.generate`` interface (base model: adapter ``None``) and our validator
 (``validate_many``), and reports what it got.
 
+The kinds say who takes part (``populora.tasks.kinds``): the kinds with a ``seed_order`` (AZR's code_i
+and code_o) write the shared seed triplets and their buffers start with them; the kinds whose teacher
+is given a program (code_f) are then seeded from those programs. Every prompt is the kind's own
+question in the seeding template set (``tasks.seeds.templates``, AZR's by default).
+
 A model that cannot write valid programs (``tiny``, random weights) yields too few seeds; then the
 hand-written set below is used (with whatever valid seeds were generated). Its varied programs
 (strings, lists, dicts, recursion, a class, a helper function, an allowed import) show the first
@@ -23,10 +28,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from populora.tasks import azr_templates
-from populora.tasks.buffers import SEED_TEACHER, TaskBuffer, TaskBuffers
-from populora.tasks.records import CODE_F, CODE_I, CODE_O, Proposal, Task, reason_kind, task_id
-from populora.tasks.validation import ValidationConfig, validate_many
+from populora.tasks.azr_templates import format_r1
+from populora.tasks.buffers import TaskBuffer, TaskBuffers
+from populora.tasks.config import TaskEnv
+from populora.tasks.kinds.registry import all_kinds, get_kind
+from populora.tasks.parsing import parse_proposal
+from populora.tasks.prompts import prefill
+from populora.tasks.records import SEED_TEACHER, Proposal, Task, reason_kind, task_id
+from populora.tasks.validation import validate_many
 
 # (program, input)
 SEED_PROGRAMS: tuple[tuple[str, str], ...] = (
@@ -158,55 +167,52 @@ SEED_PROGRAMS: tuple[tuple[str, str], ...] = (
 )
 
 
-def seed_proposals(task_type: str = CODE_O) -> list[Proposal]:
-    """The seed programs as proposals of ``task_type`` (code_o or code_i), teacher ``seed``."""
-    if task_type not in (CODE_O, CODE_I):
-        raise ValueError(f"seed_proposals: seeds are code_o/code_i tasks, not {task_type!r}")
-    return [Proposal(type=task_type, program=p, inputs=(i,), teacher_id="seed") for p, i in SEED_PROGRAMS]
+def seed_kinds() -> list:
+    """The kinds whose teachers write the shared seed triplets, in AZR's order (``seed_order``)."""
+    return sorted((k for k in all_kinds().values() if k.seed_order is not None), key=lambda k: k.seed_order)
+
+
+def triplet_type() -> str:
+    """The kind the shared seed triplets are validated and kept as before they are copied into every
+    seeding kind's buffer: the first seeding kind in the registry's order (code_o)."""
+    return min(seed_kinds(), key=lambda k: (k.position, k.name)).name
+
+
+def seed_proposals(task_type: str) -> list[Proposal]:
+    """The hand-written seed programs as proposals of ``task_type`` (a seeding kind), teacher ``seed``."""
+    if get_kind(task_type).seed_order is None:
+        raise ValueError(f"seed_proposals: {task_type!r} is not seeded with program/input triplets; "
+                         f"seeding kinds: {[k.name for k in seed_kinds()]}")
+    return [Proposal(type=task_type, program=p, inputs=(i,), teacher_id=SEED_TEACHER) for p, i in SEED_PROGRAMS]
+
+
+def seed_buffers(sandbox, env: TaskEnv | None = None) -> TaskBuffers:
+    """Buffers holding the validated hand-written seed set, in the buffer of every seeding kind (code_o
+    and code_i). Raises if a seed is invalid."""
+    env = env or TaskEnv()
+    bufs = TaskBuffers(env.buffer_capacity)
+    proposals = [p for kind in sorted(seed_kinds(), key=lambda k: (k.position, k.name))
+                 for p in seed_proposals(kind.name)]  # one sandbox batch for all
+    for proposal, verdict in zip(proposals, validate_many(proposals, sandbox, env)):
+        if not verdict.valid:
+            raise RuntimeError(f"seed program is invalid ({verdict.reason}):\n{proposal.program}")
+        bufs.add(verdict.task)
+    return bufs
 
 
 # -- generation with the base model, as AZR ---------------------------------------------------------
-SEED_SOURCES = ("generate", "handwritten")
 # AZR's starting point: the identity program and its input (azr_ray_trainer.py:42-43, :1034)
 AZR_SEED_PROGRAM = "def f(a):\n    return a"
 AZR_SEED_INPUT = '"Hello world"'
 
 
-@dataclass(frozen=True)
-class SeedConfig:
-    """How the buffers are seeded at the start of a run.
-
-    ``source``: ``generate`` (AZR: the base model writes the seeds, with the hand-written set as
-    the fallback) or ``handwritten`` (the 14 programs above only). ``target`` (AZR: 256 =
-    ``data_len`` 64 x ``seed_batch_factor`` 4) seeds of code_i/code_o and as many code_f tasks;
-    ``batch`` (AZR: 64, ``data.train_batch_size``) prompts per task type per round. ``max_rounds``
-    (ours: AZR loops until the target is met, forever for a model that never writes a valid
-    program) bounds each of the two phases. ``min_valid`` (ours): fewer generated valid
-    code_i/code_o seeds than this and the hand-written set is used as well.
-    """
-
-    source: str = "generate"
-    target: int = 256
-    batch: int = 64
-    max_rounds: int = 16
-    min_valid: int = 6
-
-    def __post_init__(self) -> None:
-        if self.source not in SEED_SOURCES:
-            raise ValueError(f"seeds: source must be one of {SEED_SOURCES}, got {self.source!r}")
-        for key in ("target", "batch", "max_rounds", "min_valid"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "min_valid" else 1):
-                raise ValueError(f"seeds: {key} must be an integer >= {0 if key == 'min_valid' else 1}, got {value!r}")
-
-
 @dataclass
 class SeedReport:
-    """What seeding produced: the buffers, where the code_i/code_o seeds came from, and counts.
+    """What seeding produced: the buffers, where the seed triplets came from, and counts.
 
-    ``source``: ``generated`` or ``handwritten`` (the fallback, or ``SeedConfig.source``).
+    ``source``: ``generated`` or ``handwritten`` (the fallback, or ``tasks.seeds.source``).
     ``prompts[t]`` / ``valid[t]``: proposer prompts sent and valid new seeds found per task type
-    (``code_i``/``code_o`` seeds share one set, as in AZR); ``rejected``: rejection reasons by kind.
+    (the seeding kinds share one set of triplets, as in AZR); ``rejected``: rejection reasons by kind.
     """
 
     buffers: TaskBuffers
@@ -226,22 +232,23 @@ class SeedReport:
 
 
 def as_type(task: Task, task_type: str) -> Task:
-    """A code_i/code_o triplet as a task of the other of the two types (AZR feeds one seed set to both)."""
+    """A seed triplet as a task of another seeding kind (AZR feeds one seed set to code_i and code_o)."""
     return dataclasses.replace(task, type=task_type, id=task_id(task_type, task.program, (task.input,)))
 
 
-def _propose(backend, sampling, prompts: Sequence[tuple[str, str, str | None]], wrap, prefill, require_answer_tag):
-    """Generate one completion per ``(task_type, question, code_f program)`` with the base model; parse it."""
+def _propose(backend, sampling, prompts: Sequence[tuple[str, str, str | None]], wrap, env: TaskEnv):
+    """Generate one completion per ``(task_type, question, program)`` with the base model; parse it as
+    AZR's seeding does: the raw response, without requiring answer tags or the think format."""
     from populora.policy.base import GenerationRequest
-    from populora.tasks.parsing import parse_proposal
 
-    requests = [GenerationRequest(wrap(q) + prefill(t), None) for t, q, _ in prompts]
+    read = env.replace(require_answer_tag=False, require_think=False)
+    requests = [GenerationRequest(wrap(q) + prefill("teacher", t, env), None) for t, q, _ in prompts]
     results = backend.generate(requests, dataclasses.replace(sampling, n=1))
     out = []
     for (t, _, program), res in zip(prompts, results):
         text = res.completions[0].text if res is not None and res.completions else ""
-        out.append(parse_proposal(prefill(t) + text, t, program=program, teacher_id=SEED_TEACHER,
-                                  require_answer_tag=require_answer_tag))
+        out.append(parse_proposal(prefill("teacher", t, env) + text, t, read, program=program,
+                                  teacher_id=SEED_TEACHER))
     return out
 
 
@@ -254,70 +261,62 @@ def _grow(seeds, proposals, validate, report: SeedReport, as_task=lambda task: t
             report.rejected[reason_kind(verdict.reason) or "unknown"] += 1
 
 
-def generate_seed_buffers(
-    backend,
-    sandbox,
-    cfg: SeedConfig,
-    sampling,
-    rng: random.Random,
-    *,
-    references: int = 6,
-    wrap: Callable[[str], str] = azr_templates.format_r1,
-    prefill: Callable[[str], str] = lambda task_type: "",
-    require_answer_tag: bool = False,
-    validation: ValidationConfig | None = None,
-    capacity: int | None = None,
-) -> SeedReport:
+def generate_seed_buffers(backend, sandbox, env: TaskEnv, sampling, rng: random.Random, *,
+                          wrap: Callable[[str], str] = format_r1) -> SeedReport:
     """Seed the buffers as AZR does: the base model proposes, the validator keeps the valid seeds.
 
     ``backend``: a ``PolicyBackend`` (generation with adapter ``None``, the bare base model);
-    ``sampling``: its ``SamplingParams``, the run's teacher sampling (``n`` is forced to 1; AZR's
-    seeding requests went through verl's validation settings, i.e. greedy, see docs/tasks.md); ``references``:
-    K seeds shown per code_i/code_o prompt (AZR ``io_n`` = 6); ``wrap``: the prompt wrapper (the
-    run's R1 or chat formatting); ``prefill(task_type)``: text appended to the prompt and prepended to
-    the completion (``tasks.answer_prefill``). Completions are parsed without requiring ``<answer>``
-    tags by default, as AZR's seeding parses the raw response. ``validation``: the run's
-    ``ValidationConfig`` (its ``code_f_inputs`` is the number of inputs a code_f prompt asks for).
+    ``env``: the run's task environment (``env.seeds`` says how; K = ``env.references`` seeds shown
+    per prompt, AZR ``io_n`` = 6; prompts in ``env.seeds.templates``' set, with the run's answer
+    prefill; validation and buffer capacity as in the run); ``sampling``: its ``SamplingParams``, the
+    run's teacher sampling (``n`` is forced to 1; AZR's seeding requests went through verl's
+    validation settings, i.e. greedy, see docs/tasks.md); ``wrap``: the prompt wrapper (the run's R1
+    or chat formatting). Completions are parsed without requiring ``<answer>`` tags, as AZR's
+    seeding parses the raw response.
 
-    Phase 1 (code_i, code_o): rounds of ``cfg.batch`` prompts per type, each with up to K seeds
-    drawn from those found so far, until ``cfg.target`` seeds or ``cfg.max_rounds`` rounds. Fewer
-    than ``cfg.min_valid`` generated seeds: the hand-written set is added and ``source`` is
-    ``handwritten``. Phase 2 (code_f): one prompt per seed program per round (AZR: one program per
-    prompt) until ``cfg.target`` code_f tasks or ``cfg.max_rounds`` rounds. Generated sets are cut
-    to ``cfg.target`` (as AZR truncates). A generation failure propagates: seeding is the model's
-    first use, and a run whose model cannot generate cannot train.
+    Phase 1 (the seeding kinds, code_i then code_o): rounds of ``seeds.batch`` prompts per kind, each
+    with up to K seeds drawn from those found so far, until ``seeds.target`` seeds or
+    ``seeds.max_rounds`` rounds. Fewer than ``seeds.min_valid`` generated seeds: the hand-written set
+    is added and ``source`` is ``handwritten``. Phase 2 (the kinds given a program: code_f): one
+    prompt per seed program per round (AZR: one program per prompt) until ``seeds.target`` tasks or
+    ``seeds.max_rounds`` rounds. Generated sets are cut to ``seeds.target`` (as AZR truncates). A
+    generation failure propagates: seeding is the model's first use, and a run whose model cannot
+    generate cannot train.
     """
-    vcfg = validation or ValidationConfig()
-    report = SeedReport(TaskBuffers(capacity), "handwritten")
+    cfg = env.seeds
+    ask = env.replace(templates=cfg.templates)
+    report = SeedReport(TaskBuffers(env.buffer_capacity), "handwritten")
 
     def validate(proposals):
-        return validate_many(proposals, sandbox, vcfg)
+        return validate_many(proposals, sandbox, env)
 
-    seeds = TaskBuffer(CODE_O)  # the shared code_i/code_o seed triplets, deduplicated, in order found
+    writers, held = seed_kinds(), triplet_type()
+    seeds = TaskBuffer(held)  # the shared seed triplets, deduplicated, in order found
     if cfg.source == "generate":
-        identity = Proposal(type=CODE_O, program=AZR_SEED_PROGRAM, inputs=(AZR_SEED_INPUT,), teacher_id=SEED_TEACHER)
+        identity = Proposal(type=held, program=AZR_SEED_PROGRAM, inputs=(AZR_SEED_INPUT,), teacher_id=SEED_TEACHER)
         _grow(seeds, [identity], validate, report)
         report.valid.clear()
         rounds = 0
         while len(seeds) < cfg.target and rounds < cfg.max_rounds:
             rounds += 1
-            for tt, template in ((CODE_I, azr_templates.teacher_code_i), (CODE_O, azr_templates.teacher_code_o)):
+            for kind in writers:
                 if len(seeds) >= cfg.target:
                     break
                 pool = list(seeds)
-                prompts = [(tt, template(rng.sample(pool, min(references, len(pool)))), None)
+                prompts = [(kind.name, kind.teacher_question(rng.sample(pool, min(env.references, len(pool))),
+                                                             None, ask), None)
                            for _ in range(cfg.batch)]
-                report.prompts[tt] += len(prompts)
-                _grow(seeds, _propose(backend, sampling, prompts, wrap, prefill, require_answer_tag), validate,
-                      report, lambda task: as_type(task, CODE_O))
+                report.prompts[kind.name] += len(prompts)
+                _grow(seeds, _propose(backend, sampling, prompts, wrap, env), validate, report,
+                      lambda task: as_type(task, held))
         report.rounds["code_io"] = rounds
-        if report.valid[CODE_I] + report.valid[CODE_O] >= cfg.min_valid:
+        if sum(report.valid[kind.name] for kind in writers) >= cfg.min_valid:
             report.source = "generated"
     if report.source == "generated":
         triplets = list(seeds)[: cfg.target]
     else:  # chosen, or too few generated: the hand-written set (its own identity first), then what the model wrote
-        handwritten = seed_proposals(CODE_O)
-        fallback = TaskBuffer(CODE_O)
+        handwritten = seed_proposals(held)
+        fallback = TaskBuffer(held)
         for proposal, verdict in zip(handwritten, validate(handwritten)):
             if not verdict.valid:
                 raise RuntimeError(f"seed program is invalid ({verdict.reason}):\n{proposal.program}")
@@ -325,19 +324,19 @@ def generate_seed_buffers(
         fallback.extend(list(seeds)[1:] if cfg.source == "generate" else [])  # the AZR identity left out
         triplets = list(fallback)
     for task in triplets:
-        report.buffers.add(as_type(task, CODE_O))
-        report.buffers.add(as_type(task, CODE_I))
+        for kind in sorted(writers, key=lambda k: (k.position, k.name)):
+            report.buffers.add(as_type(task, kind.name))
 
     if cfg.source == "generate":
-        code_f = TaskBuffer(CODE_F)
-        rounds = 0
-        while len(code_f) < cfg.target and rounds < cfg.max_rounds:
-            rounds += 1
-            prompts = [(CODE_F, azr_templates.teacher_code_f(t.program, vcfg.code_f_inputs), t.program)
-                       for t in triplets]
-            report.prompts[CODE_F] += len(prompts)
-            _grow(code_f, _propose(backend, sampling, prompts, wrap, prefill, require_answer_tag), validate, report)
-        report.rounds["code_f"] = rounds
-        for task in list(code_f)[: cfg.target]:
-            report.buffers.add(task)
+        for kind in (k for k in all_kinds().values() if k.given_program):
+            given = TaskBuffer(kind.name)
+            rounds = 0
+            while len(given) < cfg.target and rounds < cfg.max_rounds:
+                rounds += 1
+                prompts = [(kind.name, kind.teacher_question([], t.program, ask), t.program) for t in triplets]
+                report.prompts[kind.name] += len(prompts)
+                _grow(given, _propose(backend, sampling, prompts, wrap, env), validate, report)
+            report.rounds[kind.name] = rounds
+            for task in list(given)[: cfg.target]:
+                report.buffers.add(task)
     return report

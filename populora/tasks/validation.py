@@ -3,12 +3,13 @@
 For each proposal, in order (the first failure is the reason):
 
 1. it was parsed (``format``), the program parses (``syntax_error``) and defines a top-level entry
-   function ``f`` (``no_entry_function``); helpers, nested functions and classes are allowed, a second
-   ``def`` is not a rejection (the AZR reference rejected it although its prompt allowed helpers);
+   function ``f`` (``no_entry_function``; ``programs.py``); helpers, nested functions and classes are
+   allowed, a second ``def`` is not a rejection (the AZR reference rejected it although its prompt
+   allowed helpers);
 2. the AST safety check passes (``banned:<name>``, see ``safety.py``);
 3. the task kind checks the inputs (``populora.tasks.kinds``): every input is a non-empty argument
    list of Python literals (``bad_input``); code_o/code_i/code_e take exactly one input; code_f takes
-   ``code_f_inputs`` distinct inputs (``duplicate_inputs``, ``too_few_inputs``; extra inputs beyond that
+   ``tasks.code_f.inputs`` distinct inputs (``duplicate_inputs``, ``too_few_inputs``; extra inputs beyond that
    number are dropped);
 4. the program runs on its inputs in TWO independently started processes (sandbox replicas 0 and 1,
    different hash seeds and address layouts), one after the other (replica 1 once every replica-0
@@ -27,76 +28,30 @@ All executions of a batch go to the sandbox in ONE ``run_many`` call so that all
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from populora.tasks.kinds import KindConfig, get_kind
-from populora.tasks.records import (
-    FORMAT,
-    NO_ENTRY_FUNCTION,
-    NONDETERMINISTIC,
-    SYNTAX_ERROR,
-    Proposal,
-    Task,
-    Verdict,
-)
-from populora.tasks.safety import SafetyConfig, check_program
+from populora.sandbox.api import Program
+from populora.tasks.config import TaskEnv
+from populora.tasks.kinds.registry import get_kind
+from populora.tasks.programs import program_reason
+from populora.tasks.records import FORMAT, NONDETERMINISTIC, Proposal, Task, Verdict
 
 
-@dataclass(frozen=True)
-class ValidationConfig:
-    """Knobs of proposal validation (defaults follow AZR, with PopuLoRA's larger output limit)."""
-
-    entry: str = "f"
-    max_output_chars: int = 1000
-    code_f_inputs: int = 10
-    code_f_shown: int = 5
-    replicas: tuple[int, ...] = (0, 1)  # the determinism check compares these sandbox replicas
-    # each replica's executions start after the previous replica's have all finished, so no two
-    # executions that are compared ever run at the same time (docs/sandbox.md, "Determinism");
-    # False only to measure what that costs (populora bench executor --replicas-together)
-    replicas_in_turn: bool = True
-    safety: SafetyConfig = field(default_factory=SafetyConfig)
-
-
-def has_entry_function(tree: ast.Module, entry: str = "f") -> bool:
-    """Whether the module defines ``entry`` as a top-level function (other defs are fine)."""
-    return any(isinstance(node, ast.FunctionDef) and node.name == entry for node in tree.body)
-
-
-def check_program_static(program: str, cfg: ValidationConfig) -> str | None:
-    """Reason a program cannot be a task without running it (syntax, entry, AST check), or None."""
-    try:
-        tree = ast.parse(program)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return SYNTAX_ERROR
-    if not has_entry_function(tree, cfg.entry):
-        return NO_ENTRY_FUNCTION
-    return check_program(tree, cfg.safety)
-
-
-def kind_config(cfg: ValidationConfig) -> KindConfig:
-    """The knobs a task kind reads, from the validation config."""
-    return KindConfig(entry=cfg.entry, max_output_chars=cfg.max_output_chars, code_f_inputs=cfg.code_f_inputs,
-                      code_f_shown=cfg.code_f_shown, static_check=lambda program: check_program_static(program, cfg))
-
-
-def check_inputs(proposal: Proposal, cfg: ValidationConfig) -> tuple[str | None, tuple[str, ...]]:
+def check_inputs(proposal: Proposal, env: TaskEnv) -> tuple[str | None, tuple[str, ...]]:
     """(reason or None, the inputs to run) for the proposal's inputs: the kind's rule."""
-    return get_kind(proposal.type).check_inputs(proposal, kind_config(cfg))
+    return get_kind(proposal.type).check_inputs(proposal, env)
 
 
-def static_reason(proposal: Proposal, cfg: ValidationConfig) -> tuple[str | None, tuple[str, ...]]:
+def static_reason(proposal: Proposal, env: TaskEnv) -> tuple[str | None, tuple[str, ...]]:
     """Everything decided before execution: (reason or None, inputs to run)."""
     if proposal.reason is not None:
         return proposal.reason, ()
     if not proposal.program.strip():
         return FORMAT, ()
-    reason = check_program_static(proposal.program, cfg)
+    reason = program_reason(proposal.program, env.entry, env.safety)
     if reason is not None:
         return reason, ()
-    return check_inputs(proposal, cfg)
+    return check_inputs(proposal, env)
 
 
 def replica_calls(inputs: tuple[str, ...], k: int) -> tuple[str, ...]:
@@ -115,7 +70,7 @@ def in_input_order(values: Sequence[str], k: int) -> list[str]:
     return list(values[::-1]) if k % 2 else list(values)
 
 
-def judge_executions(proposal: Proposal, outcomes: Sequence, n_calls: int, cfg: ValidationConfig
+def judge_executions(proposal: Proposal, outcomes: Sequence, n_calls: int, env: TaskEnv
                      ) -> tuple[str | None, list[str]]:
     """(reason or None, the outputs) from the outcomes of the replicas' executions of one proposal.
 
@@ -130,12 +85,12 @@ def judge_executions(proposal: Proposal, outcomes: Sequence, n_calls: int, cfg: 
         outputs.append(in_input_order(values, k))
     if any(o != outputs[0] for o in outputs[1:]):
         return NONDETERMINISTIC, []
-    return kind.output_reason(outputs[0], kind_config(cfg)), outputs[0]
+    return kind.output_reason(outputs[0], env), outputs[0]
 
 
-def make_task(proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], cfg: ValidationConfig) -> Task:
+def make_task(proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], env: TaskEnv) -> Task:
     """The task of a valid proposal (the kind makes it)."""
-    return get_kind(proposal.type).make_task(proposal, inputs, outputs, kind_config(cfg))
+    return get_kind(proposal.type).make_task(proposal, inputs, outputs, env)
 
 
 def replica_turns(n_programs: int, n_rep: int) -> list[list[int]]:
@@ -167,38 +122,35 @@ def run_replicas(sandbox, programs: Sequence, n_rep: int, in_turn: bool = True) 
     return outcomes
 
 
-def validate_many(
-    proposals: Sequence[Proposal], sandbox, cfg: ValidationConfig | None = None
-) -> list[Verdict]:
-    """Validate proposals; one ``Verdict`` per proposal, in order (the task when valid).
+def validate_many(proposals: Sequence[Proposal], sandbox, env: TaskEnv | None = None) -> list[Verdict]:
+    """Validate proposals under the task environment ``env`` (default: ``TaskEnv()``); one ``Verdict``
+    per proposal, in order (the task when valid).
 
     ``sandbox`` is a ``populora.sandbox.Sandbox`` (anything with ``run_many(programs) -> outcomes``).
     """
-    from populora.sandbox.api import Program
-
-    cfg = cfg or ValidationConfig()
+    env = env or TaskEnv()
     verdicts: list[Verdict | None] = [None] * len(proposals)
     runs: list[tuple[int, tuple[str, ...]]] = []  # (proposal index, inputs) to execute
     programs: list[Program] = []
     for i, proposal in enumerate(proposals):
-        reason, inputs = static_reason(proposal, cfg)
+        reason, inputs = static_reason(proposal, env)
         if reason is not None:
             verdicts[i] = Verdict(False, reason)
             continue
         runs.append((i, inputs))
-        for k, replica in enumerate(cfg.replicas):
+        for k, replica in enumerate(env.replicas):
             calls = replica_calls(inputs, k)
-            programs.append(Program(proposal.program, entry=cfg.entry, calls=calls, replica=replica))
-    n_rep = len(cfg.replicas)
-    outcomes = run_replicas(sandbox, programs, n_rep, cfg.replicas_in_turn)
+            programs.append(Program(proposal.program, entry=env.entry, calls=calls, replica=replica))
+    n_rep = len(env.replicas)
+    outcomes = run_replicas(sandbox, programs, n_rep, env.replicas_in_turn)
     for k, (i, inputs) in enumerate(runs):
         outs = outcomes[k * n_rep : (k + 1) * n_rep]
         seconds = max(o.seconds for o in outs)
-        reason, outputs = judge_executions(proposals[i], outs, len(inputs), cfg)
+        reason, outputs = judge_executions(proposals[i], outs, len(inputs), env)
         if reason is not None:
             verdicts[i] = Verdict(False, reason, seconds=seconds)
         else:
             values = tuple(outputs)
-            task = make_task(proposals[i], inputs, values, cfg)
+            task = make_task(proposals[i], inputs, values, env)
             verdicts[i] = Verdict(True, None, outputs=values, seconds=seconds, task=task)
     return [v for v in verdicts if v is not None]

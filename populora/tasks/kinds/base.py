@@ -3,9 +3,15 @@
 A kind says how a teacher is asked for a task and how its answer is read (prompt, prefill, parse),
 which inputs a proposal must have, how the executions of a valid proposal become the task's outputs
 (and which outcomes are acceptable), what task is made, how a student is asked and how its answer
-is read and checked. Validation, checking, buffers, prompts, stages, plots and the CLI ask the
-kind; none of them tests a kind's name. A new kind is one module in this package with a
-``@register_kind`` class, plus a row in docs/tasks.md.
+is read and checked, and how its buffer is seeded. Validation, checking, buffers, prompts, seeding,
+stages, plots and the CLI ask the kind; none of them tests a kind's name. A new kind is one module
+in this package with a ``@register_kind`` class, plus a row in docs/tasks.md.
+
+Every method receives the run's task environment (``populora.tasks.config.TaskEnv``, the ``tasks:``
+section). A kind with settings of its own declares them as a frozen dataclass ``Knobs``: the
+environment then has a ``tasks.<kind name>:`` section of that type (``knobs(env)`` returns it). A
+kind's prompts are data: ``templates`` maps each template set (``tasks.templates``: ``azr``, AZR's
+own; ``compact``, ours for small models) to the kind's teacher and student questions.
 
 ``ProgramAndInput`` is the shape shared by the kinds whose teacher writes a program and one input
 (``code_o``, ``code_i``, ``code_e``); ``code_f`` (the teacher is given a program and writes inputs
@@ -14,11 +20,12 @@ and a message) implements the interface on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from populora.sandbox.api import Outcome, Program
+from populora.tasks.blocks import blocks_of_kind, last_block
 from populora.tasks.records import (
     BAD_INPUT,
     FORMAT,
@@ -31,17 +38,18 @@ from populora.tasks.records import (
 )
 from populora.tasks.values import LiteralError, read_arguments, read_literal, reprs_match
 
+if TYPE_CHECKING:
+    from populora.tasks.config import TaskEnv
+
 
 @dataclass(frozen=True)
-class PromptEnv:
-    """What prompts need besides the task: which templates (``azr``: AZR's own, verbatim; ``compact``:
-    ours, short, for small models), the code_f sizes, the output limit and the allowed modules."""
+class Templates:
+    """One template set's questions for one kind: ``teacher(references, program, env)`` (``program``:
+    the buffer program a ``given_program`` kind's teacher is given, else None) and ``student(task, env)``,
+    both unwrapped (``prompts.py`` wraps them)."""
 
-    templates: str = "azr"
-    n_inputs: int = 10
-    n_shown: int = 5
-    max_output_chars: int = 1000
-    allowed_modules: tuple[str, ...] = ()
+    teacher: Callable[[Sequence[Task], str | None, TaskEnv], str]
+    student: Callable[[Task, TaskEnv], str]
 
 
 @dataclass(frozen=True)
@@ -63,18 +71,6 @@ class CheckRun:
     judge: Callable[[Sequence[Outcome]], Judgement]
 
 
-@dataclass
-class KindConfig:
-    """The validation and checking knobs a kind reads (a view of ``ValidationConfig``/``CheckConfig``)."""
-
-    entry: str = "f"
-    max_output_chars: int = 1000
-    code_f_inputs: int = 10
-    code_f_shown: int = 5
-    fractional: bool = False
-    static_check: Callable[[str], str | None] = field(default=lambda program: None)  # syntax, entry, AST
-
-
 def judged(answer: str, matched: Sequence[bool], fail: str | None = None, fractional: bool = False) -> Judgement:
     """The judgement of an answer whose parts ``matched`` (all must match to be correct)."""
     correct = bool(matched) and all(matched)
@@ -94,16 +90,27 @@ class TaskKind:
     student_block: ClassVar[str]  # the fenced block kind of a student's answer
     teacher_prefill: ClassVar[str]  # answer prefill for small models (``tasks.answer_prefill``)
     student_prefill: ClassVar[str]
+    templates: ClassVar[Mapping[str, Templates]]  # template set (``tasks.templates``) -> questions
+    Knobs: ClassVar[type | None] = None  # the kind's own settings, the ``tasks.<name>:`` section
+    # AZR's seeding (``seeds.py``): the kinds whose teachers write the shared seed triplets (program,
+    # input, output), asked in this order (AZR: code_i, then code_o); their buffers start with those
+    # triplets. None: the kind's buffer is not seeded with them.
+    seed_order: ClassVar[int | None] = None
+
+    def knobs(self, env: TaskEnv) -> Any:
+        """This kind's ``Knobs`` in ``env`` (the ``tasks.<name>:`` section)."""
+        return getattr(env, self.name)
 
     # -- the teacher ----------------------------------------------------------------------------------
-    def teacher_question(self, references: Sequence[Task], program: str | None, env: PromptEnv) -> str:
-        raise NotImplementedError
+    def teacher_question(self, references: Sequence[Task], program: str | None, env: TaskEnv) -> str:
+        """The teacher's question in ``env.templates``' set, with K ``references`` from the buffer."""
+        return self.templates[env.templates].teacher(references, program, env)
 
     def parse_proposal(self, answer: str, program: str | None, common: dict) -> Proposal:
         """The proposal in the teacher's ``answer`` text (the inside of its answer block)."""
         raise NotImplementedError
 
-    def check_inputs(self, proposal: Proposal, cfg: KindConfig) -> tuple[str | None, tuple[str, ...]]:
+    def check_inputs(self, proposal: Proposal, env: TaskEnv) -> tuple[str | None, tuple[str, ...]]:
         """(reason or None, the inputs to run)."""
         raise NotImplementedError
 
@@ -116,14 +123,14 @@ class TaskKind:
             return "crashed:bad_result", []  # the sandbox guarantees one value per call
         return None, list(outcome.values)
 
-    def output_reason(self, outputs: Sequence[str], cfg: KindConfig) -> str | None:
+    def output_reason(self, outputs: Sequence[str], env: TaskEnv) -> str | None:
         """Reason the outputs cannot make a task (too long, unreadable by a student), or None."""
         for value in outputs:
-            if len(value) > cfg.max_output_chars:
+            if len(value) > env.max_output_chars:
                 return OUTPUT_TOO_LARGE
         return None
 
-    def make_task(self, proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], cfg: KindConfig) -> Task:
+    def make_task(self, proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], env: TaskEnv) -> Task:
         raise NotImplementedError
 
     def dedup_inputs(self, task: Task) -> tuple[str, ...]:
@@ -135,14 +142,15 @@ class TaskKind:
         return task.input, task.output
 
     # -- the student ----------------------------------------------------------------------------------
-    def student_question(self, task: Task, env: PromptEnv) -> str:
-        raise NotImplementedError
+    def student_question(self, task: Task, env: TaskEnv) -> str:
+        """The student's question in ``env.templates``' set."""
+        return self.templates[env.templates].student(task, env)
 
     def answer_ok(self, payload: str) -> bool:
         """Whether a student's answer has the grammar of an answer of this kind."""
         raise NotImplementedError
 
-    def check(self, task: Task, answer: str, cfg: KindConfig) -> Judgement | CheckRun:
+    def check(self, task: Task, answer: str, env: TaskEnv) -> Judgement | CheckRun:
         """Judge a well-formed answer now, or say which programs decide it."""
         raise NotImplementedError
 
@@ -154,15 +162,13 @@ class ProgramAndInput(TaskKind):
     teacher_prefill = "</think>\n<answer>\n```python\ndef f("
 
     def parse_proposal(self, answer: str, program: str | None, common: dict) -> Proposal:
-        from populora.tasks.parsing import blocks_of_kind, last_block
-
         code = last_block(answer, "python")
         inputs = blocks_of_kind(answer, "input")
         if code is None or not inputs or not inputs[-1]:
             return Proposal(program=code or "", reason=FORMAT, **common)
         return Proposal(program=code, inputs=(inputs[-1],), **common)
 
-    def check_inputs(self, proposal: Proposal, cfg: KindConfig) -> tuple[str | None, tuple[str, ...]]:
+    def check_inputs(self, proposal: Proposal, env: TaskEnv) -> tuple[str | None, tuple[str, ...]]:
         inputs = tuple(i.strip() for i in proposal.inputs)
         if len(inputs) != 1:
             return FORMAT, ()
@@ -170,7 +176,7 @@ class ProgramAndInput(TaskKind):
             return BAD_INPUT, ()
         return None, inputs
 
-    def make_task(self, proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], cfg: KindConfig) -> Task:
+    def make_task(self, proposal: Proposal, inputs: tuple[str, ...], outputs: Sequence[str], env: TaskEnv) -> Task:
         return Task(id=task_id(proposal.type, proposal.program, inputs), type=proposal.type, program=proposal.program,
                     input=inputs[0], output=outputs[0], teacher_id=proposal.teacher_id, step=proposal.step)
 
@@ -182,10 +188,10 @@ def _is_argument_list(text: str) -> bool:
         return False
 
 
-def literal_outputs_reason(outputs: Sequence[str], cfg: KindConfig) -> str | None:
+def literal_outputs_reason(outputs: Sequence[str], env: TaskEnv) -> str | None:
     """Outputs a student must write back as Python literals: short enough and readable."""
     for value in outputs:
-        if len(value) > cfg.max_output_chars:
+        if len(value) > env.max_output_chars:
             return OUTPUT_TOO_LARGE
         try:
             read_literal(value)

@@ -10,13 +10,17 @@ block; the answer is compared with the gold type name as text.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import populora.tasks.azr_templates as azr
+import populora.tasks.kinds.compact as compact
 from populora.sandbox.api import Outcome
-from populora.tasks.kinds.base import Judgement, KindConfig, ProgramAndInput, PromptEnv, judged
-from populora.tasks.kinds.compact import student_error, teacher_program_and_input
+from populora.tasks.kinds.base import Judgement, ProgramAndInput, Templates, judged
 from populora.tasks.kinds.registry import register_kind
 from populora.tasks.records import Task
+
+if TYPE_CHECKING:
+    from populora.tasks.config import TaskEnv
 
 NO_ERROR = "NoError"  # AZR's answer for a program that raises nothing
 _TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -31,14 +35,15 @@ class CodeE(ProgramAndInput):
     program_source = False  # its programs may raise: not given to induction teachers
     student_block = "output"
     student_prefill = "</think>\n<answer>\n```output"
-
-    def teacher_question(self, references: Sequence[Task], program: str | None, env: PromptEnv) -> str:
-        if env.templates == "azr":
-            from populora.tasks import azr_templates
-
-            return azr_templates.teacher_code_e(references)
-        return teacher_program_and_input("predict which error it raises on an input (or that it raises none)",
-                                         references, env, output_block="error")
+    templates = {
+        "azr": Templates(teacher=lambda refs, program, env: azr.teacher_code_e(refs),
+                         student=lambda task, env: azr.student_code_e(task.program, task.input)),
+        "compact": Templates(
+            teacher=lambda refs, program, env: compact.teacher_program_and_input(
+                "predict which error it raises on an input (or that it raises none)", refs,
+                env.safety.allowed_modules, env.max_output_chars, output_block="error"),
+            student=lambda task, env: compact.student_error(task)),
+    }
 
     def outputs_of(self, outcome: Outcome, n_calls: int) -> tuple[str | None, list[str]]:
         if outcome.ok:
@@ -48,15 +53,8 @@ class CodeE(ProgramAndInput):
             return None, [reason.split(":", 1)[1]]  # the exception's type name is the task's output
         return reason, []
 
-    def student_question(self, task: Task, env: PromptEnv) -> str:
-        if env.templates == "azr":
-            from populora.tasks import azr_templates
-
-            return azr_templates.student_code_e(task.program, task.input)
-        return student_error(task)
-
     def answer_ok(self, payload: str) -> bool:
         return _TYPE_NAME.fullmatch(payload.strip()) is not None
 
-    def check(self, task: Task, answer: str, cfg: KindConfig) -> Judgement:
+    def check(self, task: Task, answer: str, env: TaskEnv) -> Judgement:
         return judged(answer, [answer.strip() == task.output])

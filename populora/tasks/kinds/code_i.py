@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import populora.tasks.azr_templates as azr
+import populora.tasks.kinds.compact as compact
 from populora.tasks.kinds.base import (
     CheckRun,
-    KindConfig,
     ProgramAndInput,
-    PromptEnv,
+    Templates,
     is_argument_list,
     literal_outputs_reason,
     run_matches,
 )
-from populora.tasks.kinds.compact import student_abduction, teacher_program_and_input
 from populora.tasks.kinds.registry import register_kind
 from populora.tasks.records import Task
+
+if TYPE_CHECKING:
+    from populora.tasks.config import TaskEnv
 
 
 @register_kind
@@ -25,27 +29,22 @@ class CodeI(ProgramAndInput):
     summary = "abduction: given f and an output, give an input that produces it"
     student_block = "input"
     student_prefill = "</think>\n<answer>\n```input"
+    seed_order = 0  # AZR's seeding asks code_i teachers first, then code_o
+    templates = {
+        "azr": Templates(teacher=lambda refs, program, env: azr.teacher_code_i(refs),
+                         student=lambda task, env: azr.student_code_i(task.program, task.output)),
+        "compact": Templates(
+            teacher=lambda refs, program, env: compact.teacher_program_and_input(
+                "find an input that produces a given output", refs, env.safety.allowed_modules, env.max_output_chars),
+            student=lambda task, env: compact.student_abduction(task)),
+    }
 
-    def teacher_question(self, references: Sequence[Task], program: str | None, env: PromptEnv) -> str:
-        if env.templates == "azr":
-            from populora.tasks import azr_templates
-
-            return azr_templates.teacher_code_i(references)
-        return teacher_program_and_input("find an input that produces a given output", references, env)
-
-    def output_reason(self, outputs: Sequence[str], cfg: KindConfig) -> str | None:
-        return literal_outputs_reason(outputs, cfg)  # the output is shown to the student as a literal
-
-    def student_question(self, task: Task, env: PromptEnv) -> str:
-        if env.templates == "azr":
-            from populora.tasks import azr_templates
-
-            return azr_templates.student_code_i(task.program, task.output)
-        return student_abduction(task)
+    def output_reason(self, outputs: Sequence[str], env: TaskEnv) -> str | None:
+        return literal_outputs_reason(outputs, env)  # the output is shown to the student as a literal
 
     def answer_ok(self, payload: str) -> bool:
         return is_argument_list(payload)
 
-    def check(self, task: Task, answer: str, cfg: KindConfig) -> CheckRun:
+    def check(self, task: Task, answer: str, env: TaskEnv) -> CheckRun:
         # any input that makes f return the gold output is right: run f on it in the sandbox
-        return run_matches(task.program, (answer,), [task.output], answer, cfg.entry)
+        return run_matches(task.program, (answer,), [task.output], answer, env.entry)

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import populora.tasks.azr_templates as azr
+import populora.tasks.kinds.compact as compact
 from populora.tasks.kinds.base import (
     Judgement,
-    KindConfig,
     ProgramAndInput,
-    PromptEnv,
+    Templates,
     is_literal,
     judged,
     literal_outputs_reason,
 )
-from populora.tasks.kinds.compact import student_deduction, teacher_program_and_input
 from populora.tasks.kinds.registry import register_kind
 from populora.tasks.records import Task
 from populora.tasks.values import reprs_match
+
+if TYPE_CHECKING:
+    from populora.tasks.config import TaskEnv
 
 
 @register_kind
@@ -26,27 +30,22 @@ class CodeO(ProgramAndInput):
     summary = "deduction: given f and an input, predict the output"
     student_block = "output"
     student_prefill = "</think>\n<answer>\n```output"
+    seed_order = 1  # AZR's seeding asks code_i teachers first, then code_o
+    templates = {
+        "azr": Templates(teacher=lambda refs, program, env: azr.teacher_code_o(refs),
+                         student=lambda task, env: azr.student_code_o(task.program, task.input)),
+        "compact": Templates(
+            teacher=lambda refs, program, env: compact.teacher_program_and_input(
+                "predict its output from an input", refs, env.safety.allowed_modules, env.max_output_chars),
+            student=lambda task, env: compact.student_deduction(task)),
+    }
 
-    def teacher_question(self, references: Sequence[Task], program: str | None, env: PromptEnv) -> str:
-        if env.templates == "azr":
-            from populora.tasks import azr_templates
-
-            return azr_templates.teacher_code_o(references)
-        return teacher_program_and_input("predict its output from an input", references, env)
-
-    def output_reason(self, outputs: Sequence[str], cfg: KindConfig) -> str | None:
-        return literal_outputs_reason(outputs, cfg)  # the student writes the output back as a literal
-
-    def student_question(self, task: Task, env: PromptEnv) -> str:
-        if env.templates == "azr":
-            from populora.tasks import azr_templates
-
-            return azr_templates.student_code_o(task.program, task.input)
-        return student_deduction(task)
+    def output_reason(self, outputs: Sequence[str], env: TaskEnv) -> str | None:
+        return literal_outputs_reason(outputs, env)  # the student writes the output back as a literal
 
     def answer_ok(self, payload: str) -> bool:
         return is_literal(payload)
 
-    def check(self, task: Task, answer: str, cfg: KindConfig) -> Judgement:
+    def check(self, task: Task, answer: str, env: TaskEnv) -> Judgement:
         # read with ast.literal_eval and compared type-strictly: model text never runs here
         return judged(answer, [reprs_match(task.output, answer)])

@@ -170,26 +170,21 @@ def format_code_f_reference(task: Task, max_inputs: int = 3) -> str:
     return "\n".join(parts)
 
 
-
-
-def _fence_default_modules(env) -> str:
-    from populora.tasks.safety import DEFAULT_ALLOWED_MODULES
-
-    return ", ".join(env.allowed_modules or DEFAULT_ALLOWED_MODULES)
-
-
-def teacher_program_and_input(goal: str, references: Sequence[Task], env, output_block: str = "output") -> str:
-    """A teacher who writes a new program and one input (code_o, code_i, code_e), with K references."""
-    rules = _CODE_RULES.format(modules=_fence_default_modules(env), max_output_chars=env.max_output_chars)
+def teacher_program_and_input(goal: str, references: Sequence[Task], allowed_modules: Sequence[str],
+                              max_output_chars: int, output_block: str = "output") -> str:
+    """A teacher who writes a new program and one input (code_o, code_i, code_e), with K references,
+    told which modules it may import and how long an output may be."""
+    rules = _CODE_RULES.format(modules=", ".join(allowed_modules), max_output_chars=max_output_chars)
     refs = "\n\n".join(f"#### Reference {i + 1}\n{format_reference(t, output_block)}" for i, t in enumerate(references))
     return _TEACHER_IO.format(goal=goal, rules=rules, references=refs or "(none yet)")
 
 
-def teacher_induction(program: str, references: Sequence[Task], env) -> str:
-    """A code_f teacher: inputs and a message for ``program``, with earlier induction tasks as examples."""
+def teacher_induction(program: str, references: Sequence[Task], n_inputs: int, n_shown: int) -> str:
+    """A code_f teacher: ``n_inputs`` inputs (``n_shown`` of them shown to the student) and a message for
+    ``program``, with earlier induction tasks as examples."""
     refs = "\n\n".join(f"#### Example {i + 1}\n{format_code_f_reference(t)}" for i, t in enumerate(references))
     refs = f"\n\n### Examples of inputs and messages for other programs\n{refs}" if refs else ""
-    return _TEACHER_F.format(n_inputs=env.n_inputs, n_shown=env.n_shown, program=program, references=refs)
+    return _TEACHER_F.format(n_inputs=n_inputs, n_shown=n_shown, program=program, references=refs)
 
 
 def student_deduction(task: Task) -> str:

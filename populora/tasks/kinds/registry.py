@@ -14,14 +14,15 @@ def register_kind(cls):
 
 
 def _load() -> None:
+    """Import every kind module of this package (each registers itself); the package's other
+    modules hold no kind."""
     import importlib
+    import os
     import pkgutil
 
-    import populora.tasks.kinds as package
-
-    for mod in pkgutil.iter_modules(package.__path__):
+    for mod in pkgutil.iter_modules([os.path.dirname(__file__)]):
         if mod.name not in ("base", "registry", "compact"):
-            importlib.import_module(f"{package.__name__}.{mod.name}")
+            importlib.import_module(f"{__package__}.{mod.name}")
 
 
 def all_kinds() -> dict:
