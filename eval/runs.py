@@ -1,4 +1,5 @@
-"""Which adapters a run has: the one place that knows the run layout.
+"""Which adapters a run has, as the evaluation sees them (the run directory's files are read through
+``populora.run_dir.RunDir``, which owns the layout).
 
 Contract (``read_run``): a run directory ``runs/<name>/`` holds ``members.json``, a JSON list of
 ``{"id": str, "role": "teacher" | "student" | "baseline", "adapter_dir": str}``; ``adapter_dir`` is
@@ -14,6 +15,8 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from populora.run_dir import RunDir
 
 ROLES = ("teacher", "student", "baseline")
 BASE_KEY = "base"
@@ -46,15 +49,12 @@ class EvalAdapter:
 
 def read_run(run_dir: str | Path) -> list[EvalAdapter]:
     """The adapters listed in ``<run_dir>/members.json`` (see the module docstring)."""
-    run_dir = Path(run_dir)
-    path = run_dir / "members.json"
+    run = RunDir(run_dir)
+    run_dir, path = run.path, run.members_file
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; a run directory lists its adapters in members.json")
-    try:
-        members = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: invalid JSON ({e})") from e
-    if not isinstance(members, list) or not members:
+    members = run.read_members()  # RunDirError (a ValueError) naming the file when it is not a JSON list
+    if not members:
         raise ValueError(f"{path}: expected a non-empty JSON list of members")
     out = []
     for n, m in enumerate(members):
@@ -82,20 +82,16 @@ def run_info(run_dir: str | Path) -> dict:
     """
     import hashlib
 
-    run_dir = Path(run_dir)
+    run = RunDir(run_dir)
+    run_dir = run.path
     info: dict = {"steps_done": None, "status": None, "config_sha256": None, "members": {}}
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        try:
-            data = json.loads(summary.read_text())
-            info.update(steps_done=data.get("steps_done"), status=data.get("status"), name=data.get("name"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{summary}: invalid JSON ({e})") from e
-    config = run_dir / "config.yaml"
-    if config.is_file():
-        info["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()
-    members = json.loads((run_dir / "members.json").read_text()) if (run_dir / "members.json").is_file() else []
-    for m in members if isinstance(members, list) else []:
+    data = run.read_summary()
+    if data is not None:
+        info.update(steps_done=data.get("steps_done"), status=data.get("status"), name=data.get("name"))
+    if run.config_file.is_file():
+        info["config_sha256"] = hashlib.sha256(run.config_file.read_bytes()).hexdigest()
+    members = run.read_members() if run.members_file.is_file() else []
+    for m in members:
         entry = {k: m.get(k) for k in ("born_step", "operator") if k in m}
         adir = Path(m.get("adapter_dir", ""))
         cfg = (adir if adir.is_absolute() else run_dir / adir) / "adapter_config.json"
@@ -136,11 +132,10 @@ def check_base_model(adapters: list[EvalAdapter], model: str) -> None:
 
 def write_run(run_dir: str | Path, members: list[dict]) -> Path:
     """Write ``members.json`` (used by tests and tools that assemble a run by hand)."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "members.json"
-    path.write_text(json.dumps(members, indent=2) + "\n")
-    return path
+    run = RunDir(run_dir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.write_members(members)
+    return run.members_file
 
 
 def init_run(run_dir: str | Path, module_shapes: dict, members: list[tuple[str, str]], *, rank: int = 8,
@@ -149,11 +144,11 @@ def init_run(run_dir: str | Path, module_shapes: dict, members: list[tuple[str, 
     ``[(id, role), ...]``; ``base_model`` is recorded in each adapter config. For benchmarks and tests."""
     from populora.policy.adapters import AdapterWeights
 
-    run_dir = Path(run_dir)
+    run = RunDir(run_dir)
     listed = []
     for n, (mid, role) in enumerate(members):
         w = AdapterWeights.init(module_shapes, rank, alpha, b_init="random", b_std=b_std, seed=seed * 1000 + n)
-        w.save_peft(run_dir / "adapters" / mid, base_model_name_or_path=base_model)
-        listed.append({"id": mid, "role": role, "adapter_dir": f"adapters/{mid}"})
+        w.save_peft(run.adapter_dir(mid), base_model_name_or_path=base_model)
+        listed.append({"id": mid, "role": role, "adapter_dir": f"{RunDir.ADAPTERS}/{mid}"})
     write_run(run_dir, listed)
     return read_run(run_dir)

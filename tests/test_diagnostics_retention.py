@@ -58,6 +58,7 @@ def test_arms_start_from_identical_conditions(tiny_run, tmp_path):
     from populora.diagnostics.retention import run_arm
     from populora.population.operators import make_child
     from populora.selfplay.loop import SelfPlay
+    from populora.selfplay.state import restore
 
     cfg = config_from_yaml_text((tiny_run / "config.yaml").read_text())
     ckpt = load_latest(tiny_run / "checkpoints")
@@ -70,7 +71,7 @@ def test_arms_start_from_identical_conditions(tiny_run, tmp_path):
         sp.buffers = type(sp.buffers)()
         again = run_arm(sp, ckpt, "s0", 1)
         done = sp.step_done
-        sp.restore(ckpt)
+        restore(sp, ckpt)
         restored = sp.backend.get_weights(adapter)
     finally:
         sp.close()

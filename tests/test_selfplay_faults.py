@@ -55,7 +55,7 @@ def test_calls_with_every_request_refused_stop_the_run_after_the_cap(sp, monkeyp
 
     monkeypatch.setattr(sp.backend.config, "max_prompt_tokens", 1)  # every prompt is now too long
     row = sp.step(1)  # the teachers' and the students' calls: 2 refused calls, under the cap of 3
-    assert row["teacher/refused"] == row["teacher/proposals"] == 12 and sp.refused_calls == 2
+    assert row["teacher/refused"] == row["teacher/proposals"] == 12 and sp.ranks.refused_calls == 2
     with pytest.raises(EngineFailure, match=r"3 generate calls in a row had every request refused "
                                             r"\(last: prompt_too_long:\d+\).*selfplay.max_refused_calls"):
         sp.step(2)
@@ -91,7 +91,7 @@ def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
         return real_train(backend, adapter, *args, **kwargs)
 
     monkeypatch.setattr(train_mod, "policy_loss", nan_for_target)
-    monkeypatch.setattr("populora.selfplay.loop.train_member", tracking)
+    monkeypatch.setattr("populora.selfplay.ranks.train_member", tracking)
     before = _weights(sp)
     row = sp.step(1)
     mid = next(i for i, m in sp.members.items() if m.adapter == target)

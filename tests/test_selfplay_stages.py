@@ -11,13 +11,13 @@ from populora.policy.base import Completion, GenerationResult
 from populora.population.members import Member
 from populora.population.ratings import Rating
 from populora.selfplay import stages
-from populora.selfplay.budget import Usage
 from populora.selfplay.records import SANDBOX_ERROR, ProposalJob, ProposalRecord, SolveGroup
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.records import Attempt, Task, Verdict
 
 CFG = load_config(None, ["selfplay.sequences_per_adapter=6", "selfplay.rollouts=3", "tasks.types=[code_o,code_i]",
                          "population.teachers=1", "population.students=1"])
+ENV = CFG.tasks.replace(require_think=False)  # answers in <answer> tags, no reasoning required
 R0 = Rating(25.0, 8.3)
 MEMBERS = {"t0": Member("t0", "teacher", "t0", R0), "s0": Member("s0", "student", "s0", R0)}
 
@@ -45,7 +45,7 @@ def test_parse_proposals_reads_the_completion_and_marks_failed_generation():
     text = "<answer>\n```python\ndef f(x):\n    return x\n```\n```input\n3\n```\n</answer>"
     recs = [ProposalRecord(0, ProposalJob("t0", "code_o", "q"), gen(text)),
             ProposalRecord(1, ProposalJob("t0", "code_o", "q"), None)]
-    out = stages.parse_proposals(recs, step=4)
+    out = stages.parse_proposals(recs, 4, ENV)
     assert out[0].proposal.program.startswith("def f(x)") and out[0].proposal.inputs == ("3",)
     assert out[0].proposal.step == 4 and out[0].proposal.reason is None
     assert out[1].proposal.reason == stages.GENERATION_ERROR
@@ -86,22 +86,20 @@ def test_training_batches_match_the_budget_and_skip_what_carries_no_signal():
     groups = [SolveGroup(i, "s0", task(i), True, gen(n=3), (attempt(1.0), attempt(0.0), attempt(0.0)))
               for i in range(3)]
     groups.append(SolveGroup(3, "s0", task(9), False, gen(n=3), (attempt(1.0),) * 3))
-    usage = {m: Usage() for m in MEMBERS}
-    batches = stages.training_batches(MEMBERS, recs, groups, CFG, usage, random.Random(0))
+    batches, usage = stages.training_batches(MEMBERS, recs, groups, CFG, random.Random(0))
     assert [s.prompt_group for s in batches["t0"]] == ["p0", "p1"]  # the sandbox_error proposal is dropped
     assert [s.reward for s in batches["t0"]] == [0.5, -1.0]
     assert len(batches["s0"]) == 6 and usage["s0"].sequences == 6 and usage["s0"].rollouts == 12
     assert {s.prompt_group for s in batches["s0"]} <= {"s0", "s1", "s2"}  # fresh groups before top-ups
-    again = stages.training_batches(MEMBERS, recs, groups, CFG, {m: Usage() for m in MEMBERS}, random.Random(0))
-    assert again == batches  # the subset is drawn from the step's seeded generator
+    again = stages.training_batches(MEMBERS, recs, groups, CFG, random.Random(0))
+    assert again == (batches, usage)  # the subset is drawn from the step's seeded generator
 
 
 def test_training_batches_drop_attempts_lost_to_the_verifier():
     groups = [SolveGroup(0, "s0", task(0), True, gen(n=3),
                          (attempt(1.0), attempt(0.0, reason=SANDBOX_ERROR), attempt(0.0))),
               SolveGroup(1, "s0", task(1), False, gen(n=3), (attempt(0.0, fmt=False),) * 3)]
-    usage = {m: Usage() for m in MEMBERS}
-    batches = stages.training_batches(MEMBERS, [], groups, CFG, usage, random.Random(0))
+    batches, usage = stages.training_batches(MEMBERS, [], groups, CFG, random.Random(0))
     assert [s.reward for s in batches["s0"]] == [1.0, -0.5, -1.0, -1.0, -1.0]
 
 
@@ -111,11 +109,10 @@ def test_check_without_a_working_verifier_marks_infrastructure_errors():
             raise OSError("down")
 
     groups = [SolveGroup(0, "s0", task(0, "code_i"), True, gen("<answer>\n```input\n1\n```\n</answer>", n=2))]
-    metrics: dict = {}
-    out = stages.check(groups, Broken(), metrics)
-    assert metrics["errors/check"] == 1
+    out, error = stages.check(groups, Broken(), ENV)
+    assert error.as_metrics() == {"errors/check": 1, "errors/check_reason": "OSError: down"}
     assert [a.reason for a in out[0].attempts] == [SANDBOX_ERROR, SANDBOX_ERROR] and out[0].rho is None
-    m = stages.step_metrics(MEMBERS, [], out)
+    m = stages.step_rates(MEMBERS, [], out)
     assert m["student/infra_errors"] == 2 and "member/s0/solve_rate" not in m
 
 
@@ -125,7 +122,7 @@ def test_check_code_o_needs_no_sandbox_and_scores_each_rollout():
         Completion([7], "<answer>\n```output\n1\n```\n</answer>", [-0.1], "stop"),
         Completion([7], "<answer>\n```output\n2\n```\n</answer>", [-0.1], "stop"),
         Completion([7], "no answer", [-0.1], "stop")]))]
-    out = stages.check(groups, None, {})
+    out = stages.check(groups, None, ENV)[0]
     assert [(a.correct, a.format_ok, a.reward) for a in out[0].attempts] == [
         (True, True, 1.0), (False, True, -0.5), (False, False, -1.0)]
     assert out[0].rho == pytest.approx(1 / 3)
@@ -134,12 +131,12 @@ def test_check_code_o_needs_no_sandbox_and_scores_each_rollout():
 def test_completions_the_engine_aborted_count_for_nothing():
     aborted = GenerationResult([1], [Completion([7], "<answer>\n```output\n1\n```\n</answer>", [-0.1], "abort"),
                                      Completion([7], "<answer>\n```output\n1\n```\n</answer>", [-0.1], "stop")])
-    out = stages.check([SolveGroup(0, "s0", task(0), True, aborted)], None, {})
+    out = stages.check([SolveGroup(0, "s0", task(0), True, aborted)], None, ENV)[0]
     assert [a.reason for a in out[0].attempts] == [stages.GENERATION_ERROR, None] and out[0].rho == 1.0
-    rec = stages.parse_proposals([ProposalRecord(0, ProposalJob("t0", "code_o", "q"), aborted)], step=1)
+    rec = stages.parse_proposals([ProposalRecord(0, ProposalJob("t0", "code_o", "q"), aborted)], 1, ENV)
     assert rec[0].proposal.reason == stages.GENERATION_ERROR
     refused = GenerationResult([1] * 9000, [], refused="prompt_too_long:9000")
-    m = stages.step_metrics(MEMBERS, [], [SolveGroup(0, "s0", task(0), True, refused)])
+    m = stages.step_rates(MEMBERS, [], [SolveGroup(0, "s0", task(0), True, refused)])
     assert m["student/refused"] == 1
 
 
@@ -161,20 +158,19 @@ def test_a_task_whose_program_changes_its_answer_at_the_check_is_invalid():
     t = task(0)  # validated: f(1) == 1
     right = "<answer>\n```output\n1\n```\n</answer>"
     groups = [SolveGroup(0, "s0", t, True, gen(right, n=2)), SolveGroup(1, "s0", t, False, gen(right, n=1))]
-    same = stages.check(groups, _Rerun("1"), {})
+    same = stages.check(groups, _Rerun("1"), ENV)[0]
     assert [a.correct for g in same for a in g.attempts] == [True, True, True]
     assert stages.nondeterministic_tasks(same) == frozenset()
 
     sandbox = _Rerun("2")  # the program now returns 2 for its gold input
-    out = stages.check(groups, sandbox, {})
+    out = stages.check(groups, sandbox, ENV)[0]
     assert len(sandbox.programs) == 1 and sandbox.programs[0].calls == ("1",)  # once per task, on its gold input
     assert {a.reason for g in out for a in g.attempts} == {stages.TASK_NONDETERMINISTIC}
     assert out[0].rho is None and stages.solve_rates(out) == {}
     assert stages.nondeterministic_tasks(out) == {"code_o-0"}
     rewarded = stages.teacher_rewards([record(0)], {}, {"t0": "s0"}, "populora", stages.nondeterministic_tasks(out))
     assert rewarded[0].reward == -1.0 and not rewarded[0].valid and rewarded[0].verdict.reason == "nondeterministic"
-    usage = {"t0": Usage(), "s0": Usage()}
-    batches = stages.training_batches(MEMBERS, rewarded, out, CFG, usage, random.Random(0))
+    batches, _ = stages.training_batches(MEMBERS, rewarded, out, CFG, random.Random(0))
     assert "s0" not in batches  # no student sequence on a task without a right answer
     bufs = TaskBuffers()
     bufs.add(t)

@@ -12,13 +12,14 @@ the benchmark checks it and says so.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from populora.run_dir import RunDir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,15 +39,15 @@ def _run(config: str, overrides: list[str], world: int, run_dir: Path) -> list[d
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"W={world} run failed:\n{out.stderr[-2000:]}")
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return RunDir(run_dir).read_metrics()
 
 
 def _same_adapters(a: Path, b: Path) -> float:
     from populora.policy.adapters import AdapterWeights
 
     worst = 0.0
-    for d in sorted((a / "adapters").iterdir()):
-        wa, wb = AdapterWeights.load_peft(d), AdapterWeights.load_peft(b / "adapters" / d.name)
+    for d in sorted(RunDir(a).adapters.iterdir()):
+        wa, wb = AdapterWeights.load_peft(d), AdapterWeights.load_peft(RunDir(b).adapter_dir(d.name))
         for mod, (x, y) in wa.tensors.items():
             x2, y2 = wb.tensors[mod]
             worst = max(worst, float((x - x2).abs().max()), float((y - y2).abs().max()))

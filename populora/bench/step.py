@@ -29,6 +29,7 @@ def _time_run(config: str, overrides: list[str], steps: int) -> dict[str, float]
     from populora.checkpoint import save_checkpoint
     from populora.config import load_config
     from populora.selfplay.loop import SelfPlay
+    from populora.selfplay.state import checkpoint_payload
 
     cfg = load_config(config, overrides + [f"selfplay.steps={steps + 1}", "evolution.interval=1",
                                            "evolution.min_age=0"])
@@ -41,7 +42,7 @@ def _time_run(config: str, overrides: list[str], steps: int) -> dict[str, float]
                 t0 = time.perf_counter()
                 row = sp.step(step)
                 tc = time.perf_counter()
-                adapters, opt, state = sp.checkpoint_payload()
+                adapters, opt, state = checkpoint_payload(sp)
                 save_checkpoint(Path(tmp) / "checkpoints", step, adapters, opt, state, keep=1)
                 row["time/checkpoint_s"] = time.perf_counter() - tc
                 if step == 1:

@@ -67,7 +67,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from populora.distributed.env import LauncherError, before_cuda, rank_env
     from populora.jsonl import JsonlError
     from populora.policy.engine import EngineFailure
-    from populora.selfplay.runner import train
+    from populora.run_dir import RunDirError
+    from populora.selfplay.runner import peek_config, train
 
     if not args.resume and not args.config:
         print("populora train: give --config PRESET.yaml (or --resume RUN_DIR)", file=sys.stderr)
@@ -80,7 +81,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     except LauncherError as e:
         print(f"populora train: {e}", file=sys.stderr)
         return 2
-    if not args.no_memory_check and (refusal := memory_refusal(args)) is not None:
+    cfg = peek_config(args.config, list(args.overrides), args.resume or args.run_dir, bool(args.resume))
+    if not args.no_memory_check and (refusal := memory_refusal(cfg)) is not None:
         print(refusal, file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     if args.nproc > 1:
@@ -90,11 +92,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         return launch_local_ranks(args.nproc, argv)
     try:
         summary = train(args.config, args.overrides, run_dir=args.resume or args.run_dir, resume=bool(args.resume),
-                        progress=not args.quiet, env=env)
+                        progress=not args.quiet, env=env, config=cfg)
     except ConfigError as e:
         print(f"populora train: {e}", file=sys.stderr)
         return 2
-    except (CheckpointError, JsonlError) as e:  # a run directory that cannot be resumed as it is: left unchanged
+    except (CheckpointError, JsonlError, RunDirError) as e:  # a run directory that cannot be resumed as it is: left unchanged
         print(f"populora train: {e}", file=sys.stderr)
         return 1
     except EngineFailure as e:  # every rank stops together; the last checkpoint is intact
@@ -107,7 +109,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return _print_or_fail("train", Path(summary["run_dir"]))
 
 
-def memory_refusal(args: argparse.Namespace) -> str | None:
+def memory_refusal(cfg) -> str | None:
     """Why a GPU run would not fit its GPU (the plan's table and fixes), or ``None``.
 
     Checked before any weights load or any rank starts, from the config and the model's shape alone
@@ -115,9 +117,7 @@ def memory_refusal(args: argparse.Namespace) -> str | None:
     let through with a warning (it cannot be planned, not known to fail).
     """
     from populora.plan import UnknownModelShape, check_plan, format_plan
-    from populora.selfplay.runner import peek_config
 
-    cfg = peek_config(args.config, list(args.overrides), args.resume or args.run_dir, bool(args.resume))
     gib = cuda_memory_gib(cfg.policy.device) if cfg is not None else None
     if gib is None:
         return None
@@ -149,9 +149,11 @@ def cuda_memory_gib(device: str) -> float | None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from populora.run_dir import RunDir
+
     rd = Path(args.run_dir)
-    if not (rd / "config.yaml").exists():
-        print(f"populora status: {rd} is not a run directory (no config.yaml)", file=sys.stderr)
+    if not RunDir(rd).holds_run():
+        print(f"populora status: {rd} is not a run directory (no {RunDir.CONFIG})", file=sys.stderr)
         return 2
     try:
         return _print_or_fail("status", rd, code=2)
@@ -183,10 +185,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from populora.checkpoint import CheckpointError
     from populora.config import ConfigError
     from populora.jsonl import JsonlError
+    from populora.run_dir import RunDir, RunDirError
     from populora.selfplay.runner import train
 
     rd = Path(args.run_dir)
-    resume = (rd / "config.yaml").exists()
+    resume = RunDir(rd).holds_run()
     if resume:
         print(f"resuming the demo run in {rd} (delete it to start over)")
     try:
@@ -194,7 +197,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"populora demo: {e}", file=sys.stderr)
         return 2
-    except (CheckpointError, JsonlError) as e:
+    except (CheckpointError, JsonlError, RunDirError) as e:
         print(f"populora demo: {e}", file=sys.stderr)
         return 1
     code = _print_or_fail("demo", Path(summary["run_dir"]))
@@ -217,17 +220,17 @@ def print_summary(rd: Path) -> None:
     from rich.table import Table
 
     from populora.checkpoint import list_checkpoints
-    from populora.jsonl import read_json_object, read_jsonl
-    from populora.selfplay.metrics import read_metrics
+    from populora.run_dir import RunDir
 
     class PipeConsole(Console):
         def on_broken_pipe(self) -> None:  # rich exits 1 here; the caller decides (status: exit 0)
             raise BrokenPipeError
 
     con = PipeConsole()
-    rows = read_metrics(rd)
-    summary = read_json_object(rd / "summary.json", what="run summary")
-    events = read_jsonl(rd / "lineage.jsonl", what="lineage record")
+    run = RunDir(rd)
+    rows = run.read_metrics()
+    summary = run.read_summary()
+    events = run.read_lineage(strict=False)
     state = summary.get("status", "?") if summary is not None else "running or interrupted (no summary.json yet)"
     con.print(f"[bold]run[/bold] {rd}  status: {state}  steps logged: {len(rows)}")
     if rows:
@@ -263,29 +266,13 @@ def print_summary(rd: Path) -> None:
         child = e["member"] if isinstance(e.get("member"), dict) else {}
         con.print(f"  step {e.get('step')}: {e.get('replaced')} -> {child.get('id')} by {child.get('operator')} "
                   f"from {child.get('parents')}")
-    ranks = read_json_list(rd / "ranks.json")
-    for r in ranks:
+    for r in run.read_ranks():
         con.print(f"rank {r.get('rank')} (local {r.get('local_rank')}) on {r.get('host')}: device {r.get('device')}, "
                   f"CUDA_VISIBLE_DEVICES={r.get('visible_devices') if r.get('visible_devices') is not None else 'unset'}",
                   markup=False, highlight=False)
-    ckpts = list_checkpoints(rd / "checkpoints")
-    con.print(f"files: metrics {rd / 'metrics.jsonl'}; checkpoints {[p.name for _, p in ckpts]}; "
-              f"final adapters {rd / 'adapters'}; examples {rd / 'examples.jsonl'}")
-
-
-def read_json_list(path: Path) -> list[dict]:
-    """A JSON list of objects (``ranks.json``); empty when the file is missing, a ValueError naming it when damaged."""
-    import json
-
-    try:
-        rows = json.loads(path.read_text())
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a JSON list ({e})") from None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"{path}: not a JSON list of objects")
-    return rows
+    ckpts = list_checkpoints(run.checkpoints)
+    con.print(f"files: metrics {run.metrics_file}; checkpoints {[p.name for _, p in ckpts]}; "
+              f"final adapters {run.adapters}; examples {run.examples_file}")
 
 
 def _count(v) -> int | float:
@@ -294,9 +281,9 @@ def _count(v) -> int | float:
 
 
 def print_examples(rd: Path, n: int = 4) -> None:
-    from populora.jsonl import read_jsonl
+    from populora.run_dir import RunDir
 
-    rows = read_jsonl(rd / "examples.jsonl", what="example")
+    rows = RunDir(rd).read_examples()
     valid = [r for r in rows if r.get("valid")][-n:]
     invalid = [r for r in rows if not r.get("valid")][-2:]
     print("\nExample tasks proposed by the teachers (last steps):")

@@ -56,7 +56,9 @@ def ranked(members, role: str, rating_cfg) -> list:
 
 def run_arm(sp, ckpt, member_id: str, steps: int, weights=None) -> dict:
     """Restore ``ckpt``, install ``weights`` (None: the member as it is) and train ``steps`` steps."""
-    sp.restore(ckpt)
+    from populora.selfplay.state import restore
+
+    restore(sp, ckpt)
     adapter = sp.members[member_id].adapter
     if weights is not None:
         sp.backend.set_weights(adapter, weights)
@@ -97,22 +99,22 @@ def retention(run_dir: str | os.PathLike, operators: list[str], steps: int, *, r
               seed: int = 0, log=print) -> dict:
     """Run every arm; write ``retention.json``, ``retention.csv`` and ``retention.png`` to ``out_dir``."""
     from populora.checkpoint import load_checkpoint, load_latest
-    from populora.config import config_from_yaml_text
     from populora.population.operators import get_operator, make_child
+    from populora.run_dir import RunDir
     from populora.selfplay.loop import SelfPlay
 
     run_dir = Path(run_dir)
+    run = RunDir(run_dir)
     if steps < 1:
         raise RetentionError(f"--steps must be >= 1, got {steps}")
-    cfg_file = run_dir / "config.yaml"
-    if not cfg_file.is_file():
-        raise RetentionError(f"{cfg_file}: missing; is {run_dir} a run directory?")
-    cfg = config_from_yaml_text(cfg_file.read_text())
+    if not run.holds_run():
+        raise RetentionError(f"{run.config_file}: missing; is {run_dir} a run directory?")
+    cfg = run.read_config()
     # no evolution during the test: it could replace the member under test in some arms only
     cfg.evolution = dataclasses.replace(cfg.evolution, fraction=0.0)
-    ckpt = load_checkpoint(checkpoint) if checkpoint else load_latest(run_dir / "checkpoints")
+    ckpt = load_checkpoint(checkpoint) if checkpoint else load_latest(run.checkpoints)
     if ckpt is None:
-        raise RetentionError(f"{run_dir / 'checkpoints'}: no usable checkpoint")
+        raise RetentionError(f"{run.checkpoints}: no usable checkpoint")
     out_dir = Path(out_dir) if out_dir else run_dir / "retention"
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -157,9 +159,9 @@ def retention(run_dir: str | os.PathLike, operators: list[str], steps: int, *, r
 def reward_at(run_dir: Path, step: int, member_id: str) -> float | None:
     """The member's mean reward logged by the run itself at ``step`` (the level to recover)."""
     from populora.diagnostics.runs import finite
-    from populora.jsonl import read_jsonl
+    from populora.run_dir import RunDir
 
-    for row in read_jsonl(run_dir / "metrics.jsonl"):
+    for row in RunDir(run_dir).read_metrics():
         if row.get("step") == step and finite(v := row.get(f"member/{member_id}/reward_mean")):
             return float(v)
     return None

@@ -1,6 +1,6 @@
 """Read a run directory back for diagnostics (no torch, no model: plain JSON files).
 
-What a run directory offers (see ``populora.selfplay.runner``) and what is read from it:
+What a run directory offers (``populora.run_dir.RunDir``, which owns its layout) and what is read from it:
 
 - ``metrics.jsonl``: one row per step (every time series of the report);
 - ``lineage.jsonl``: founders and replacements (the family tree, the roles of member ids);
@@ -28,14 +28,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from populora.jsonl import JsonlError, json_kind, read_jsonl_numbered
+from populora.jsonl import JsonlError, read_jsonl_numbered
+from populora.run_dir import RunDir, RunDirError
+from populora.tasks.records import SEED_TEACHER
 
-SEED_TEACHER = "seed"
-TASKS_FILE = "tasks.jsonl"
-
-
-class RunDirError(ValueError):
-    """A run directory is missing or a file in it cannot be read (the message names the file)."""
+__all__ = ["SEED_TEACHER", "Run", "RunDirError", "ValidTask", "finite", "load_run", "load_tasks"]
 
 
 @dataclass
@@ -84,25 +81,13 @@ class Run:
         return self.path / "retention"
 
 
-def _config_facts(path: Path) -> tuple[str, bool]:
+def _config_facts(run: RunDir) -> tuple[str, bool]:
     """(name, baseline) from config.yaml, falling back to the directory name."""
-    cfg = path / "config.yaml"
-    name, baseline = path.name, False
-    if cfg.is_file():
-        from omegaconf import OmegaConf
-
-        try:
-            data = OmegaConf.to_container(OmegaConf.load(cfg))
-        except Exception as e:  # noqa: BLE001 - yaml errors have several types
-            raise RunDirError(f"{cfg}: cannot parse ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from e
-        if not isinstance(data, dict):
-            raise RunDirError(f"{cfg}: a YAML {json_kind(data)} where a mapping of sections is expected")
-        population = data.get("population") or {}
-        if not isinstance(population, dict):
-            raise RunDirError(f"{cfg}: 'population' must be a mapping, got {population!r:.60}")
-        name = str(data.get("name") or name)
-        baseline = bool(population.get("baseline", False))
-    return name, baseline
+    data = run.read_config_data()
+    population = data.get("population") or {}
+    if not isinstance(population, dict):
+        raise RunDirError(f"{run.config_file}: 'population' must be a mapping, got {population!r:.60}")
+    return str(data.get("name") or run.name), bool(population.get("baseline", False))
 
 
 def _from_task_json(d: dict) -> ValidTask:
@@ -142,13 +127,13 @@ def _rows(path: Path, convert, what: str = "JSON") -> list:
 
 def load_tasks(path: Path, examples: list[dict]) -> tuple[list[ValidTask], str]:
     """Every valid task the run directory keeps, deduplicated, oldest step first; and the source used."""
-    tasks_file = path / TASKS_FILE
-    if tasks_file.is_file():
-        rows = _rows(tasks_file, _from_task_json)
-        source = TASKS_FILE
+    run = RunDir(path)
+    if run.tasks_file.is_file():
+        rows = _rows(run.tasks_file, _from_task_json)
+        source = RunDir.TASKS
     else:
         rows = []
-        ckpts = sorted((path / "checkpoints").glob("step_*/state.json"))
+        ckpts = sorted(run.checkpoints.glob("step_*/state.json"))
         for state_file in ckpts:
             try:
                 state = json.loads(state_file.read_text(encoding="utf-8"))
@@ -197,12 +182,14 @@ def load_run(path: str | os.PathLike) -> Run:
     path = Path(path)
     if not path.is_dir():
         raise RunDirError(f"{path}: not a directory")
-    metrics = _rows(path / "metrics.jsonl", _metrics_row)
+    run = RunDir(path)
+    run.format()
+    metrics = _rows(run.metrics_file, _metrics_row)
     if not metrics:
-        raise RunDirError(f"{path / 'metrics.jsonl'}: missing or empty; is {path} a run directory?")
-    lineage = _rows(path / "lineage.jsonl", _lineage_row, what="lineage record")
-    examples = _rows(path / "examples.jsonl", _example_row)
-    name, baseline = _config_facts(path)
+        raise RunDirError(f"{run.metrics_file}: missing or empty; is {path} a run directory?")
+    lineage = _rows(run.lineage_file, _lineage_row, what="lineage record")
+    examples = _rows(run.examples_file, _example_row)
+    name, baseline = _config_facts(run)
     roles = {r["member"]["id"]: r["member"]["role"] for r in lineage if "member" in r}
     if baseline and not roles:
         roles = {"a0": "agent"}

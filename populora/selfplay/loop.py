@@ -27,6 +27,11 @@ solves (AZR with one LoRA); it has no ratings and no evolution.
 All randomness of a step is drawn from generators seeded by ``(seed, step, purpose)``, so a run
 resumed from a checkpoint repeats exactly what an uninterrupted run would have done.
 
+Where the pieces are: the stages are pure functions of typed records (``stages.py``, ``records.py``);
+``ranks.py`` deals the work over the ranks; ``metrics.py`` turns what the stages measured into the
+step's metrics row; ``state.py`` saves and restores a run (checkpoints, final adapters, summary);
+``populora.run_dir`` owns the run directory's files.
+
 On W ranks (``populora.distributed``) every rank runs this same loop and holds every member's adapter
 weights: each generates, validates and checks its round-robin share of the step's requests, gathers
 everyone's records, and computes matchmaking, rewards, ratings and evolution identically from them;
@@ -36,38 +41,34 @@ broadcast to every rank. One rank is the case W = 1, not a separate path (see do
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import logging
-import math
 import os
 import random
-import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from populora.config import Config
-from populora.diagnostics.complexity import complexity_metrics
-from populora.distributed import placement as place
 from populora.distributed.comm import Comm, LocalComm
-from populora.distributed.env import available_cpus, local_cuda_index, rank_cpu_budget
+from populora.distributed.env import available_cpus, rank_cpu_budget
 from populora.plan.inputs import longest_completion
 from populora.policy import make_backend
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, SamplingParams
-from populora.policy.engine import EngineContext, EngineFailure, engine_seed
+from populora.policy.engine import EngineContext, engine_seed
 from populora.population import evolution, matchmaking, ratings
-from populora.population.members import LineageLog, Member, founder_record, founders
+from populora.population.members import Member, founder_record, founders
+from populora.run_dir import RunDir
 from populora.sandbox import Sandbox
 from populora.selfplay import stages
-from populora.selfplay.budget import Usage, budget_for
-from populora.selfplay.train import MemberGroup, micro_batching, train_member
+from populora.selfplay.budget import budget_for
+from populora.selfplay.metrics import StepMetrics, Stopwatch
+from populora.selfplay.ranks import Ranks, rank_policy
+from populora.selfplay.train import micro_batching
+from populora.tasks import prompts
 from populora.tasks.buffers import TaskBuffers
+from populora.tasks.complexity import complexity_metrics
 from populora.tasks.seeds import generate_seed_buffers
-from populora.tasks.validation import ValidationConfig
-
-log = logging.getLogger(__name__)
 
 # purposes of the per-step random generators (never reorder: it would change every run)
 RNG_MATCH, RNG_PROPOSE, RNG_SOLVE, RNG_SELECT, RNG_EVOLVE, RNG_GEN_T, RNG_GEN_S, RNG_SEEDS, RNG_GEN_SEEDS = range(9)
@@ -83,39 +84,34 @@ def step_rng(seed: int, step: int, purpose: int) -> random.Random:
 
 
 class SelfPlay:
-    """State of a self-play run and its ``step``. Side effects: the backend and the sandbox."""
+    """The state of a self-play run (members, buffers) and its ``step``. Side effects: the backend,
+    the sandbox and the ranks' collectives; rank 0 appends the step's tasks, examples and births to
+    the run directory."""
 
     def __init__(self, cfg: Config, run_dir: str | Path, comm: Comm | None = None):
-        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.cfg, self.env = cfg, cfg.tasks
+        self.run = RunDir(run_dir)
+        self.run_dir = self.run.path
         self.comm = comm or LocalComm()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.validation = ValidationConfig(
-            max_output_chars=cfg.tasks.max_output_chars,
-            code_f_inputs=cfg.tasks.code_f_inputs,
-            code_f_shown=cfg.tasks.code_f_shown,
-        )
-        # the run's sandbox section, with the task environment's output limit; each rank's sandbox pool
-        # gets its share of the cores the job was given (affinity, not the machine's count)
+        # the run's sandbox section; each rank's sandbox pool gets its share of the cores the job was
+        # given (affinity, not the machine's count)
         workers = cfg.sandbox.workers or rank_cpu_budget(available_cpus(), self.comm.local_world, os.environ)
-        limits = dataclasses.replace(cfg.sandbox, max_output_chars=cfg.tasks.max_output_chars, workers=workers)
-        self.sandbox = Sandbox(limits=limits, workers=workers)
-        longest = longest_completion(cfg)
+        self.sandbox = Sandbox(limits=replace(cfg.sandbox, workers=workers), workers=workers)
         self.micro_batching = micro_batching(cfg)  # the trainer's passes, packed to the memory plan's bound
         context = EngineContext(seed=engine_seed(cfg.seed, self.comm.rank), rank=self.comm.rank,
                                 local_rank=self.comm.local_rank, local_world=self.comm.local_world)
         self.backend = make_backend(rank_policy(cfg.policy, self.comm), adamw=cfg.rl.adamw_kwargs(),
-                                    max_new_tokens=longest, context=context)
-        self.refused_calls = 0  # generate calls in a row whose every request was refused
+                                    max_new_tokens=longest_completion(cfg), context=context)
+        self.ranks = Ranks(self.comm, self.backend, cfg.policy.engine, cfg.selfplay.max_refused_calls)
         self.buffers: TaskBuffers | None = None  # seeded at the first step, or restored from a checkpoint
-        self.lineage = LineageLog(self.run_dir / "lineage.jsonl")
         self.members: dict[str, Member] = {}  # in slot order (see populora.distributed.placement)
-        self.placement: dict[str, tuple[int, ...]] = {}
         self.step_done = 0
         self.events: list[dict] = []
         self.last_metrics: dict = {}
         self.on_stage = lambda name: None  # progress display hook (set by the runner)
         founders_ = initial_members(cfg)
-        self._place([m.id for m in founders_])
+        self.ranks.place([m.id for m in founders_])
         shapes = self.backend.module_shapes()
         lo = cfg.policy.lora
         for i, member in enumerate(founders_):
@@ -130,268 +126,144 @@ class SelfPlay:
     # -- the step ---------------------------------------------------------------------------------
     def step(self, step: int) -> dict:
         """One self-play step; returns its metrics row (stable names)."""
-        cfg, seed = self.cfg, self.cfg.seed
-        timings: dict[str, float] = {}
-        usage = {mid: Usage() for mid in self.members}
-        metrics: dict = {}
+        cfg, env, seed = self.cfg, self.env, self.cfg.seed
+        m, watch = StepMetrics(), Stopwatch(self.on_stage)
         collective_s0 = self.comm.seconds
         if self.buffers is None:
-            metrics.update(self._seed())
+            m.seeding = self._seed()
 
         # 1. matchmaking (PFSP over TrueSkill); the baseline agent plays against itself
-        self.on_stage("matchmaking")
-        t = time.perf_counter()
-        teachers = [m for m in self.members.values() if m.role in ("teacher", "agent")]
-        students = [m for m in self.members.values() if m.role in ("student", "agent")]
-        if self.baseline:
-            pairs = {teachers[0].id: students[0].id}
-        else:
-            ratings_now = {m.id: m.rating for m in self.members.values()}
-            pairs = dict(matchmaking.pair([m.id for m in teachers], [m.id for m in students], ratings_now,
-                                          cfg.matchmaking, cfg.ratings, step_rng(seed, step, RNG_MATCH)))
-        timings["time/matchmaking_s"] = time.perf_counter() - t
+        with watch.phase("matchmaking"):
+            teachers = [mem for mem in self.members.values() if mem.role in ("teacher", "agent")]
+            students = [mem for mem in self.members.values() if mem.role in ("student", "agent")]
+            pairs = self._pairs(teachers, students, step)
 
         # 2. propose: every teacher's proposals in ONE mixed-adapter generate call
-        self.on_stage("propose")
-        t = time.perf_counter()
-        records = stages.proposal_jobs(teachers, self.buffers, cfg, lambda m: budget_for(cfg, m.role).proposals,
-                                       step_rng(seed, step, RNG_PROPOSE))
-        gens = self._generate([GenerationRequest(self._format(r.job.question) + self._prefill("teacher", r.job.task_type),
-                                                 self.members[r.member_id].adapter, index=r.index) for r in records],
-                              cfg.selfplay.teacher_sampling, 1, step_seed(seed, step, RNG_GEN_T), metrics, "teacher")
-        records = stages.with_generations(records, gens)
-        timings["time/generate_s"] = time.perf_counter() - t
+        with watch.phase("propose", "generate"):
+            records = stages.proposal_jobs(teachers, self.buffers, env, lambda mem: budget_for(cfg, mem.role).proposals,
+                                           step_rng(seed, step, RNG_PROPOSE))
+            gens = self.ranks.generate(
+                [self._request(r.job.question, "teacher", r.job.task_type, r.member_id, r.index) for r in records],
+                self._sampling(cfg.selfplay.teacher_sampling, 1, step_seed(seed, step, RNG_GEN_T)), "teacher")
+            records = stages.with_generations(records, gens)
 
         # 3. validate in the sandbox (parallel, two independent executions each)
-        self.on_stage("validate")
-        t = time.perf_counter()
-        records = stages.parse_proposals(records, step, cfg.tasks.require_answer_tag,
-                                         lambda task_type: self._prefill("teacher", task_type), cfg.tasks.require_think)
-        records = self._split(records, lambda share: stages.validate(share, self.sandbox, self.validation, metrics),
-                              metrics)
-        timings["time/validate_s"] = time.perf_counter() - t
+        with watch.phase("validate"):
+            records = stages.parse_proposals(records, step, env)
+            records, errors = self.ranks.split(records, lambda share: stages.validate(share, self.sandbox, env))
+            m.errors += errors
 
         # 4. solve: matched students attempt fresh valid tasks (+ buffer top-up), ONE generate call
-        self.on_stage("solve")
-        t = time.perf_counter()
-        groups = stages.solve_plan(pairs, records, self.buffers, cfg,
-                                   {m.id: budget_for(cfg, m.role).attempts for m in students},
-                                   step_rng(seed, step, RNG_SOLVE))
-        s_gens = self._generate([GenerationRequest(self._format(stages.student_question(g.task, cfg))
-                                                   + self._prefill("student", g.task.type),
-                                                   self.members[g.student_id].adapter, index=g.index) for g in groups],
-                                cfg.selfplay.student_sampling, cfg.selfplay.rollouts,
-                                step_seed(seed, step, RNG_GEN_S), metrics, "student")
-        groups = stages.with_generations(groups, s_gens)
-        timings["time/solve_s"] = time.perf_counter() - t
+        with watch.phase("solve"):
+            groups = stages.solve_plan(pairs, records, self.buffers, cfg,
+                                       {mem.id: budget_for(cfg, mem.role).attempts for mem in students},
+                                       step_rng(seed, step, RNG_SOLVE))
+            gens = self.ranks.generate(
+                [self._request(stages.student_question(g.task, env), "student", g.task.type, g.student_id, g.index)
+                 for g in groups],
+                self._sampling(cfg.selfplay.student_sampling, cfg.selfplay.rollouts, step_seed(seed, step, RNG_GEN_S)),
+                "student")
+            groups = stages.with_generations(groups, gens)
 
-        # 5. check answers (sandboxed where execution is needed); solve rate rho per task
-        self.on_stage("check")
-        t = time.perf_counter()
-        groups = self._split(groups, lambda share: stages.check(share, self.sandbox, metrics, cfg.tasks.require_answer_tag,
-                                                                lambda task: self._prefill("student", task.type),
-                                                                cfg.tasks.require_think),
-                             metrics)
-        rho = stages.solve_rates(groups)
-        # tasks whose program gave other outputs when run again: invalid, and out of the buffers
-        nondeterministic = stages.nondeterministic_tasks(groups)
-        metrics["check/nondeterministic_tasks"] = len(nondeterministic)
-        metrics["buffer/removed"] = self.buffers.discard(nondeterministic)
-        timings["time/check_s"] = time.perf_counter() - t
+        # 5. check answers (sandboxed where execution is needed); solve rate rho per task; tasks whose
+        #    program gave other outputs when run again are invalid, and leave the buffers
+        with watch.phase("check"):
+            groups, errors = self.ranks.split(groups, lambda share: stages.check(share, self.sandbox, env))
+            m.errors += errors
+            rho = stages.solve_rates(groups)
+            nondeterministic = stages.nondeterministic_tasks(groups)
+            m.counts["check/nondeterministic_tasks"] = len(nondeterministic)
+            m.counts["buffer/removed"] = self.buffers.discard(nondeterministic)
 
         # 6. rewards: teachers from validity and rho; students' rewards are on their attempts
-        records = stages.teacher_rewards(records, rho, pairs, cfg.tasks.teacher_reward, nondeterministic)
+        records = stages.teacher_rewards(records, rho, pairs, env.teacher_reward, nondeterministic)
 
         # 7. ratings: each role rated on its own RL reward against its opponent (docs/population.md)
-        self.on_stage("ratings")
-        if not self.baseline:
-            games = stages.rating_games(pairs, records, groups)
-            new, results = ratings.play({m.id: m.rating for m in self.members.values()}, games, cfg.ratings)
-            for mid, r in new.items():
-                self.members[mid].rating = r
-            metrics.update({f"match/{r.game.member}/{r.game.opponent}": ratings.OUTCOME_SCORE[r.outcome]
-                            for r in results})
+        with watch.phase("ratings", timing=""):
+            if not self.baseline:
+                m.games = self._rate(pairs, records, groups)
 
         # 8. train: one policy update per member on exactly its budget of sequences
-        self.on_stage("train")
-        t = time.perf_counter()
-        batches = stages.training_batches(self.members, records, groups, cfg, usage, step_rng(seed, step, RNG_SELECT))
-        for mid, stats in self._train(batches).items():
-            usage[mid].optimizer_steps += stats.pop("optimizer_steps")
-            metrics.update({f"train/{mid}/{k}": v for k, v in stats.items()})
-        timings["time/train_s"] = time.perf_counter() - t
+        with watch.phase("train"):
+            batches, m.usage = stages.training_batches(self.members, records, groups, cfg,
+                                                       step_rng(seed, step, RNG_SELECT))
+            updated = self.ranks.train(batches, {mid: self.members[mid].adapter for mid in batches}, cfg.rl,
+                                       self.micro_batching)
+            for mid, stats in updated.items():
+                stats = dict(stats)
+                m.usage[mid].optimizer_steps += stats.pop("optimizer_steps")
+                m.training[mid] = stats
 
         # rates and ratings of this step's members, before evolution replaces any of them
-        metrics.update(stages.step_metrics(self.members, records, groups))
+        m.rates = stages.step_rates(self.members, records, groups)
         if not self.baseline:
-            for m in self.members.values():
-                metrics[f"member/{m.id}/mu"] = m.rating.mu
-                metrics[f"member/{m.id}/sigma"] = m.rating.sigma
+            m.ratings = {mid: (mem.rating.mu, mem.rating.sigma) for mid, mem in self.members.items()}
 
         # 9. every k steps, where children can still train min_age steps: PBT replacement of the
         #    weakest per role by evolved children
-        self.on_stage("evolve")
-        t = time.perf_counter()
-        if not self.baseline and cfg.evolution.due(step, cfg.selfplay.steps):
-            metrics["evolution/replaced"] = self._evolve(step)
-            for m in self.members.values():  # the population that goes on (children included)
-                metrics[f"population/{m.id}/mu"] = m.rating.mu
-                metrics[f"population/{m.id}/sigma"] = m.rating.sigma
-        timings["time/evolve_s"] = time.perf_counter() - t
+        with watch.phase("evolve"):
+            if not self.baseline and cfg.evolution.due(step, cfg.selfplay.steps):
+                m.counts["evolution/replaced"] = self._evolve(step)
+                m.population = {mid: (mem.rating.mu, mem.rating.sigma) for mid, mem in self.members.items()}
 
         # 10. valid tasks join the buffers (deduplicated, capacity-bounded) and the run's task log
-        self.on_stage("buffers")
-        valid_tasks = [r.task for r in records if r.valid]
-        metrics["buffer/added"] = sum(self.buffers.add(task) for task in valid_tasks)
-        if self.comm.is_main:
-            stages.append_tasks(self.run_dir / "tasks.jsonl", valid_tasks)
-        metrics.update(complexity_metrics(valid_tasks, lambda tid: self.members[tid].role if tid in self.members
-                                          else "teacher"))
-        metrics.update({f"buffer/{tt}/size": len(self.buffers[tt]) for tt in cfg.tasks.types})
+        with watch.phase("buffers", timing=""):
+            valid = [r.task for r in records if r.valid]
+            m.counts["buffer/added"] = sum(self.buffers.add(task) for task in valid)
+            m.counts.update(complexity_metrics(valid, lambda tid: self.members[tid].role if tid in self.members
+                                               else "teacher"))
+            m.counts.update({f"buffer/{tt}/size": len(self.buffers[tt]) for tt in env.types})
+            if self.comm.is_main:
+                self.run.append_tasks(valid)
+                self.run.append_examples(stages.example_rows(step, records, groups))
 
-        for mid, u in usage.items():
-            metrics.update(u.as_metrics(mid))
-        timings["time/collectives_s"] = self.comm.seconds - collective_s0
-        metrics.update(timings)
-        if self.comm.is_main:
-            stages.write_examples(self.run_dir / "examples.jsonl", step, records, groups)
-        self.step_done = step
-        self.last_metrics = metrics
-        return metrics
+        m.timings = {**watch.seconds, "collectives": self.comm.seconds - collective_s0}
+        row = m.row()
+        self.step_done, self.last_metrics = step, row
+        return row
 
-    # -- pieces of the step with side effects ------------------------------------------------------
-    def _format(self, question: str) -> str:
-        from populora.tasks.prompts import format_chat, format_r1
+    # -- pieces of the step ------------------------------------------------------------------------
+    def _pairs(self, teachers: list[Member], students: list[Member], step: int) -> dict[str, str]:
+        """Teacher id -> student id for this step (the baseline agent plays against itself)."""
+        if self.baseline:
+            return {teachers[0].id: students[0].id}
+        ratings_now = {mem.id: mem.rating for mem in self.members.values()}
+        return dict(matchmaking.pair([t.id for t in teachers], [s.id for s in students], ratings_now,
+                                     self.cfg.matchmaking, self.cfg.ratings, step_rng(self.cfg.seed, step, RNG_MATCH)))
 
-        if self.cfg.tasks.prompt_style == "r1":
-            return format_r1(question)
-        return format_chat(question, self.backend.tokenizer)
+    def _request(self, question: str, role: str, task_type: str, member_id: str, index: int) -> GenerationRequest:
+        """The wrapped prompt of a question (with the role's answer prefill) for the member's adapter."""
+        prompt = prompts.wrap(question, self.env, self.backend.tokenizer) + prompts.prefill(role, task_type, self.env)
+        return GenerationRequest(prompt, self.members[member_id].adapter, index=index)
 
-    def _prefill(self, role: str, task_type: str) -> str:
-        """The opened answer block appended to prompts when ``tasks.answer_prefill`` is on."""
-        from populora.tasks.prompts import prefill
+    @staticmethod
+    def _sampling(sc, n: int, seed: int) -> SamplingParams:
+        return SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens, n=n,
+                              seed=seed)
 
-        return prefill(role, task_type) if self.cfg.tasks.answer_prefill else ""
-
-    def _generate(self, requests, sc, n: int, seed: int, metrics: dict, role: str):
-        """One mixed-adapter generate call per rank for its round-robin share of the requests (every
-        rank holds every adapter, so the phases where only teachers or only students write keep every
-        rank busy); results gathered in request order. An engine failure stops the run (see
-        ``_generate_shared``)."""
-        if not requests:
-            return []
-        sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
-                                  n=n, seed=seed)
-        return self._generate_shared(requests, sampling, metrics, role)
-
-    def _generate_shared(self, requests, sampling: SamplingParams, metrics: dict, role: str):
-        """``requests`` (each with its ``index``) dealt round robin over the ranks, results gathered.
-
-        A failure of the engine on any rank (it did not start, its process died, its device failed)
-        stops the run on every rank: the failing rank hands its error to the gather that every rank
-        is in, and every rank raises ``EngineFailure`` with it, before anything of the step is
-        trained or saved (the last checkpoint stays the one to resume from). Requests refused on
-        their own (``GenerationResult.refused``) train nothing; ``selfplay.max_refused_calls`` calls in
-        a row with nothing but refusals stop the run too.
-        """
-        share = place.mine(place.round_robin(len(requests), self.comm.world), self.comm.rank)
-        local, error = [None] * len(share), None
-        if share:
-            try:
-                local = self.backend.generate([requests[i] for i in share], sampling)
-            except Exception as e:  # handed to every rank below: the run stops everywhere, not here alone
-                log.debug("generation failed on rank %d", self.comm.rank, exc_info=True)
-                error = f"{type(e).__name__}: {e}" if not isinstance(e, EngineFailure) else str(e)
-        out = [None] * len(requests)
-        errors = []
-        for rank, (part_share, part, part_error) in enumerate(self.comm.gather((share, local, error))):
-            for i, result in zip(part_share, part):
-                out[i] = result
-            if part_error is not None:
-                errors.append((rank, part_error))
-        if errors:
-            rank, why = errors[0]
-            raise EngineFailure(f"generation engine {self.cfg.policy.engine!r} failed on rank {rank} "
-                                f"({role} requests): {_one_line(why)}")
-        refused = sum(1 for r in out if r is not None and r.refused)  # counted per role in stages.step_metrics
-        self.refused_calls = self.refused_calls + 1 if out and refused == len(out) else 0
-        if self.refused_calls >= self.cfg.selfplay.max_refused_calls:
-            raise EngineFailure(f"{self.refused_calls} generate calls in a row had every request refused "
-                                f"(last: {out[0].refused}); stopping (selfplay.max_refused_calls)")
-        return out
-
-    def _split(self, records, stage, metrics: dict):
-        """Run ``stage`` on this rank's round-robin share of ``records``; gather every rank's results
-        (and the metrics the stage recorded) back into record order."""
-        share = place.mine(place.round_robin(len(records), self.comm.world), self.comm.rank)
-        local_metrics: dict = {}
-        done = stage([records[i] for i in share]) if share else []
-        if metrics is not None:
-            local_metrics = {k: v for k, v in metrics.items() if k.startswith("errors/")}
-        out = list(records)
-        for part_share, part, part_metrics in self.comm.gather((share, done, local_metrics)):
-            for i, r in zip(part_share, part):
-                out[i] = r
-            metrics.update(part_metrics)
-        return out
-
-    def _train(self, batches: dict) -> dict[str, dict]:
-        """One policy update per member, where it lives; then every rank gets every member's statistics
-        and new weights (broadcast from the member's leader rank)."""
-        local: dict[str, dict] = {}
-        for mid, batch in batches.items():
-            ranks = self.placement[mid]
-            if self.comm.rank not in ranks:
-                continue
-            group = MemberGroup(self.comm, ranks) if len(ranks) > 1 else None
-            stats = train_member(self.backend, self.members[mid].adapter, batch, self.cfg.rl,
-                                 self.micro_batching, group)
-            if self.comm.rank == ranks[0]:
-                local[mid] = stats
-        merged: dict[str, dict] = {}
-        for part in self.comm.gather(local):
-            merged.update(part)
-        if self.comm.world > 1:
-            for mid in batches:
-                self._sync_weights(mid)
-        return {mid: merged[mid] for mid in batches}  # in the same order on every rank
-
-    def _sync_weights(self, member_id: str) -> None:
-        """Every rank takes the member's weights from its leader (after an update or a restore)."""
-        adapter = self.members[member_id].adapter
-        src = place.leader(self.placement, member_id)
-        mine = self.backend.get_weights(adapter) if self.comm.rank == src else None
-        weights = self.comm.broadcast_weights(mine, src)
-        if self.comm.rank not in self.placement[member_id]:
-            self.backend.set_weights(adapter, weights)
-
-    def _place(self, slots: list[str]) -> None:
-        self.placement = place.place(slots, self.comm.world)
-        self.comm.prepare_groups(self.placement)
+    def _rate(self, pairs, records, groups) -> dict[str, float]:
+        """Play the step's rated games; every member takes its new rating. The games' outcome scores."""
+        games = stages.rating_games(pairs, records, groups)
+        new, results = ratings.play({mem.id: mem.rating for mem in self.members.values()}, games, self.cfg.ratings)
+        for mid, r in new.items():
+            self.members[mid].rating = r
+        return {f"match/{r.game.member}/{r.game.opponent}": ratings.OUTCOME_SCORE[r.outcome] for r in results}
 
     def _seed(self) -> dict:
-        """The buffers' first tasks, as the run config says (``tasks.seeds``): written by the base model
-        as AZR does, or the hand-written set; returns the seeding metrics (``seeds/*``)."""
+        """The buffers' first tasks, as the task environment says (``tasks.seeds``): written by the base
+        model as AZR does, or the hand-written set; returns the seeding metrics (``seeds/*``)."""
         cfg = self.cfg
-        sc = cfg.selfplay.teacher_sampling
-        sampling = SamplingParams(temperature=sc.temperature, top_p=sc.top_p, max_new_tokens=sc.max_new_tokens,
-                                  seed=step_seed(cfg.seed, 0, RNG_GEN_SEEDS))
-        errors: dict = {}
+        sampling = self._sampling(cfg.selfplay.teacher_sampling, 1, step_seed(cfg.seed, 0, RNG_GEN_SEEDS))
+        ranks = self.ranks
 
         class BaseModel:  # the base model's generation, shared over the ranks (adapter None: no LoRA)
-            generate = staticmethod(lambda requests, sp: self._generate_shared(
-                [GenerationRequest(r.prompt, r.adapter, i) for i, r in enumerate(requests)], sp, errors, "seed"))
+            generate = staticmethod(lambda requests, sp: ranks.generate(
+                [GenerationRequest(r.prompt, r.adapter, i) for i, r in enumerate(requests)], sp, "seed"))
 
-        report = generate_seed_buffers(
-            BaseModel(), self.sandbox, cfg.tasks.seeds, sampling, step_rng(cfg.seed, 0, RNG_SEEDS),
-            references=cfg.tasks.references, wrap=self._format, prefill=lambda tt: self._prefill("teacher", tt),
-            validation=self.validation, capacity=cfg.tasks.buffer_capacity)
+        report = generate_seed_buffers(BaseModel(), self.sandbox, self.env, sampling, step_rng(cfg.seed, 0, RNG_SEEDS),
+                                       wrap=lambda question: prompts.wrap(question, self.env, self.backend.tokenizer))
         self.buffers = report.buffers
-        return {**report.as_metrics(), **errors}
-
-    def _hosts(self, member_id: str) -> bool:
-        """Whether this rank trains the member (holds its optimizer state)."""
-        return self.comm.rank in self.placement[member_id]
+        return report.as_metrics()
 
     def _evolve(self, step: int) -> int:
         """Replace the weakest of each role by children; returns how many were replaced.
@@ -404,117 +276,24 @@ class SelfPlay:
                                     get_weights=self.backend.get_weights)
         for birth in births:
             old = birth.replaced
-            ranks = self.placement.pop(old.id)
             self.backend.remove_adapter(old.adapter)
             self.backend.add_adapter(birth.child.adapter, birth.weights)  # fresh optimizer state
-            self.members = {(birth.child.id if mid == old.id else mid): (birth.child if mid == old.id else m)
-                            for mid, m in self.members.items()}
-            self.placement = {mid: self.placement.get(mid, ranks) for mid in self.members}
+            self.members = {(birth.child.id if mid == old.id else mid): (birth.child if mid == old.id else mem)
+                            for mid, mem in self.members.items()}
+            self.ranks.replace_member(old.id, birth.child.id, list(self.members))
             if self.comm.is_main:
-                self.lineage.append([birth.record])
+                self.run.append_lineage([birth.record])
             self.events.append(birth.record)
         return len(births)
 
-    # -- persistence -------------------------------------------------------------------------------
     def record_births(self) -> None:
+        """The founders' birth records (rank 0), at the start of a run."""
         if self.comm.is_main:
-            self.lineage.append([founder_record(m) for m in self.members.values()])
-
-    def led_members(self) -> list[Member]:
-        """The members this rank speaks for (writes their checkpoint and export files)."""
-        return [m for m in self.members.values() if place.leader(self.placement, m.id) == self.comm.rank]
-
-    def checkpoint_payload(self) -> tuple[dict, dict, dict]:
-        """(adapters and optimizer states of the members this rank leads, the run state)."""
-        led = self.led_members()
-        adapters = {m.adapter: self.backend.get_weights(m.adapter) for m in led}
-        opt = {m.adapter: self.backend.optimizer_state(m.adapter) for m in led}
-        state = {
-            "members": [m.to_dict() for m in self.members.values()],
-            "buffers": self.buffers.to_json(),
-            "events": self.events,
-            "last_metrics": {k: v for k, v in self.last_metrics.items() if isinstance(v, (int, float, str))},
-        }
-        return adapters, opt, state
-
-    def restore(self, ckpt) -> None:
-        """Members in their saved slot order, placed on this run's ranks (the world size may differ from
-        the run that saved it); every rank loads every adapter, and the optimizer states of the members
-        it trains."""
-        for name in list(self.backend.adapter_names()):
-            self.backend.remove_adapter(name)
-        self.members = {d["id"]: Member.from_dict(d) for d in ckpt.state["members"]}
-        self._place(list(self.members))
-        for m in self.members.values():
-            self.backend.add_adapter(m.adapter, ckpt.adapters[m.adapter])
-            if self._hosts(m.id):
-                self.backend.load_optimizer_state(m.adapter, ckpt.optimizer_states[m.adapter])
-        self.buffers = TaskBuffers.from_json(ckpt.state["buffers"])
-        self.events = list(ckpt.state.get("events", []))
-        self.last_metrics = dict(ckpt.state.get("last_metrics", {}))
-        self.step_done = ckpt.step
-
-    def export_final(self, run_dir: Path) -> None:
-        """Final adapters as PEFT directories (each by the rank that leads it) + members.json (rank 0)."""
-        for m in self.led_members():
-            self.backend.get_weights(m.adapter).save_peft(run_dir / "adapters" / m.id,
-                                                          base_model_name_or_path=self.cfg.policy.model)
-        self.comm.barrier()
-        if not self.comm.is_main:
-            return
-        out = []
-        for m in self.members.values():
-            # evaluation reads the single agent of a baseline run as the role "baseline"
-            out.append({"id": m.id, "role": "baseline" if self.baseline else m.role, "adapter_dir": f"adapters/{m.id}",
-                        "mu": None if self.baseline else m.rating.mu,
-                        "sigma": None if self.baseline else m.rating.sigma,
-                        "parents": list(m.parents), "operator": m.operator, "born_step": m.born_step})
-        tmp = run_dir / "members.json.tmp"
-        tmp.write_text(json.dumps(out, indent=2))
-        tmp.replace(run_dir / "members.json")
-
-    def summary(self, status: str) -> dict:
-        lm = self.last_metrics
-        return {
-            "name": self.cfg.name,
-            "status": status,
-            "steps_done": self.step_done,
-            "steps": self.cfg.selfplay.steps,
-            "baseline": self.baseline,
-            "model": self.cfg.policy.model,
-            "members": [
-                {"id": m.id, "role": m.role, "adapter": m.adapter, "born_step": m.born_step,
-                 "mu": None if self.baseline else m.rating.mu,
-                 "sigma": None if self.baseline else m.rating.sigma,
-                 "score": None if self.baseline else ratings.conservative_score(m.rating, self.cfg.ratings)}
-                for m in self.members.values()
-            ],
-            "last_step_rates": {k: (v if isinstance(v, float) and math.isfinite(v) else None)
-                                for k, v in lm.items() if k.endswith(("valid_rate", "solve_rate"))},
-            "evolution_events": len(self.events),
-            "run_dir": str(self.run_dir),
-        }
+            self.run.append_lineage([founder_record(mem) for mem in self.members.values()])
 
     def close(self) -> None:
         self.sandbox.close()
         self.backend.close()
-
-
-def _one_line(text: str, limit: int = 500) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def rank_policy(policy, comm: Comm):
-    """The policy config of this rank: with several ranks on a GPU node, rank i uses its own GPU."""
-    if comm.world == 1 or policy.device in ("cpu",) or policy.device.startswith("cuda:"):
-        return policy
-    import torch
-
-    if policy.device == "auto" and not torch.cuda.is_available():
-        return policy
-    # one visible GPU (narrow_visible_devices) is this rank's: cuda:0; several (not narrowed): its local rank's
-    return policy.replace(device=f"cuda:{local_cuda_index(comm.local_rank, torch.cuda.device_count())}")
 
 
 def initial_members(cfg: Config) -> list[Member]:

@@ -2,6 +2,8 @@
 
     ProposalRecord:  job -> + generation -> + proposal (parsed) -> + verdict -> + reward
     SolveGroup:      (student, task, fresh) -> + generation -> + attempts (checked)
+    Seq:             one trainable sequence of a member (its training batch)
+    StageError:      a stage the infrastructure failed (the step goes on without its results)
 
 Stages (``stages.py``) are pure functions from records to new records (``dataclasses.replace``);
 the loop only wires them. Every record is a plain dataclass of plain values, so ranks can gather
@@ -14,6 +16,35 @@ from dataclasses import dataclass
 
 from populora.policy.base import GenerationResult
 from populora.tasks.records import GENERATION_ERROR, SANDBOX_ERROR, Attempt, Proposal, Task, Verdict
+
+
+@dataclass(frozen=True)
+class Seq:
+    """One trainable sequence of one adapter."""
+
+    role: str  # teacher | student (the baseline agent has both kinds)
+    task_type: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    reward: float
+    prompt_group: str  # sequences answering the same prompt share it (per-prompt baselines)
+
+
+@dataclass(frozen=True)
+class StageError:
+    """A stage whose infrastructure failed (the sandbox, not a program under test): logged as
+    ``errors/<stage>`` (1) and ``errors/<stage>_reason`` (its first 200 characters)."""
+
+    stage: str
+    reason: str
+
+    @classmethod
+    def of(cls, stage: str, error: BaseException) -> StageError:
+        return cls(stage, f"{type(error).__name__}: {str(error)[:200]}")
+
+    def as_metrics(self) -> dict[str, int | str]:
+        return {f"errors/{self.stage}": 1, f"errors/{self.stage}_reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -82,8 +113,6 @@ class SolveGroup:
         """Solve rate: the mean score of the judged attempts, None when there is none."""
         scored = self.scored
         return sum(a.score for a in scored) / len(scored) if scored else None
-
-
 
 
 INFRA_ERRORS = (SANDBOX_ERROR, GENERATION_ERROR)

@@ -12,12 +12,14 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-LOG_FILE = "train.log"
+from populora.run_dir import RunDir
+
+LOG_FILE = RunDir.LOG
 
 
 def route_library_output(rd: Path) -> Callable[[], None]:
     """Send warnings and library logs to ``rd/train.log``; returns the function that undoes it."""
-    handler = logging.FileHandler(rd / LOG_FILE, encoding="utf-8")
+    handler = logging.FileHandler(RunDir(rd).log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
     warned = logging.getLogger("py.warnings")
     old_propagate = warned.propagate

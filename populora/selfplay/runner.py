@@ -4,24 +4,11 @@
 (``jobs/train.py``). The algorithm itself is in ``populora.selfplay.loop``; this module only does
 the side effects around it.
 
-Run directory layout (``runs/<name>/``)::
-
-    config.yaml        resolved config (what ``--resume`` reads)
-    metrics.jsonl      one line per step (stable metric names)
-    lineage.jsonl      every birth and replacement of a member
-    examples.jsonl     a few tasks per step with their verdicts (for humans)
-    tasks.jsonl        every valid task, with its step and teacher (for the diagnostics)
-    checkpoints/       atomic checkpoints (see populora.checkpoint)
-    adapters/<id>/     final adapters of the current members as PEFT directories (vLLM-loadable);
-                       folders of members replaced since are removed (weights in checkpoints/)
-    members.json       the final members: id, role, adapter_dir, rating
-    summary.json       written when the run ends (finished or interrupted)
-    train.log          warnings and library logs of the run (kept out of the progress display)
+The run directory's layout is ``populora.run_dir.RunDir``'s.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -34,17 +21,17 @@ from tqdm import tqdm
 from populora import checkpoint
 from populora.checkpoint import Checkpoint, CheckpointError, Unusable, find_latest, set_aside
 from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
-from populora.jsonl import JsonlError, read_json_object, step_of, truncate_jsonl_files
+from populora.jsonl import JsonlError, step_of, truncate_jsonl_files
 from populora.policy.engine import EngineFailure
-from populora.selfplay.metrics import MetricsLog, read_metrics
+from populora.run_dir import RunDir, RunDirError
+from populora.selfplay import state
+from populora.selfplay.metrics import MetricsLog, progress_line
 from populora.selfplay.run_log import route_library_output
 from populora.selfplay.wandb_log import open_wandb, require_wandb
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
 RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard",
                   "run.collective_timeout_s", "run.wandb")
-# JSON-lines files of a run, one row per record with its step: cut back to the checkpoint on resume.
-RUN_LOGS = ("metrics.jsonl", "lineage.jsonl", "examples.jsonl", "tasks.jsonl")
 
 
 class StopFlag:
@@ -66,46 +53,62 @@ class StopFlag:
         self.signal = signum
 
 
+def resumes(run_dir: str | os.PathLike | None, resume: bool | str) -> bool:
+    """Whether a start with ``resume`` (True, False or ``"auto"``) continues the run in ``run_dir``."""
+    return _has_run(run_dir) if resume == "auto" else bool(resume)
+
+
+def read_run_config(config_file: str | None, overrides: list[str], run_dir: str | os.PathLike | None,
+                    resume: bool | str) -> Config:
+    """The run's config, read once: on resume the run's saved config (with the resumable overrides;
+    ``resume="auto"`` ignores ``config_file`` and ``overrides``, the saved config wins), else the preset
+    with the overrides. ConfigError naming the file or key. Reads only; nothing is created."""
+    if not resumes(run_dir, resume):
+        return load_config(config_file, overrides)
+    if resume == "auto":
+        overrides = []
+    if run_dir is None:
+        raise ConfigError("--resume needs the run directory")
+    run = RunDir(run_dir)
+    if not run.holds_run():
+        raise ConfigError(f"{run.config_file}: missing; is {run.path} a run directory?")
+    bad = [o for o in overrides if o.split("=", 1)[0] not in RESUMABLE_KEYS]
+    if bad:
+        raise ConfigError(f"override {bad[0]!r} cannot change on resume; allowed keys: {', '.join(RESUMABLE_KEYS)}")
+    try:
+        cfg = run.read_config()
+    except RunDirError as e:
+        raise ConfigError(str(e)) from None
+    if overrides:
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
+            cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
+        except (ConfigError, OmegaConfBaseException) as e:
+            raise ConfigError(f"command-line overrides: {str(e).splitlines()[0]}") from None
+    return cfg
+
+
 def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | None, resume: bool,
-                create: bool = True) -> tuple[Config, Path]:
-    """Resolve the config and the run directory; refuse to clobber an existing run.
+                create: bool = True, cfg: Config | None = None) -> tuple[Config, Path]:
+    """Resolve the config (``cfg`` when the caller has read it already, with the same arguments) and the
+    run directory; refuse to clobber an existing run.
 
     ``create=False`` (ranks other than 0 of a multi-rank run) only reads: rank 0 creates the directory.
     """
+    cfg = cfg if cfg is not None else read_run_config(config_file, overrides, run_dir, resume)
     if resume:
-        if run_dir is None:
-            raise ConfigError("--resume needs the run directory")
-        rd = Path(run_dir)
-        cfg_file = rd / "config.yaml"
-        if not cfg_file.is_file():
-            raise ConfigError(f"{cfg_file}: missing; is {rd} a run directory?")
-        bad = [o for o in overrides if o.split("=", 1)[0] not in RESUMABLE_KEYS]
-        if bad:
-            raise ConfigError(f"override {bad[0]!r} cannot change on resume; allowed keys: {', '.join(RESUMABLE_KEYS)}")
-        try:
-            cfg = config_from_yaml_text(cfg_file.read_text(encoding="utf-8"))
-        except (ConfigError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{cfg_file}: {e}") from None
-        if overrides:
-            from omegaconf import OmegaConf
-            from omegaconf.errors import OmegaConfBaseException
-
-            try:
-                merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
-                cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
-            except (ConfigError, OmegaConfBaseException) as e:
-                raise ConfigError(f"command-line overrides: {str(e).splitlines()[0]}") from None
-        return cfg, rd
-    cfg = load_config(config_file, overrides)
-    rd = Path(run_dir) if run_dir else run_dir_of(cfg)
-    if not create:
-        cfg.run.dir = str(rd)
-        return cfg, rd
-    if (rd / "config.yaml").exists():
-        raise ConfigError(f"{rd} already holds a run; use `populora train --resume {rd}` or choose another run.dir")
+        return cfg, RunDir(run_dir).path
+    run = RunDir(run_dir if run_dir else run_dir_of(cfg))
+    rd = run.path
     cfg.run.dir = str(rd)
-    rd.mkdir(parents=True, exist_ok=True)
-    (rd / "config.yaml").write_text(to_yaml(cfg))
+    if not create:
+        return cfg, rd
+    if run.holds_run():
+        raise ConfigError(f"{rd} already holds a run; use `populora train --resume {rd}` or choose another run.dir")
+    run.create(to_yaml(cfg))
     return cfg, rd
 
 
@@ -118,6 +121,7 @@ def train(
     handle_signals: bool = True,
     progress: bool = True,
     env=None,
+    config: Config | None = None,
 ) -> dict:
     """Run (or resume) one training run on this process's rank; return its summary dict.
 
@@ -128,6 +132,8 @@ def train(
     Resuming a run that already finished all its steps is a no-op returning the existing summary.
     ``env``: this process's ``RankEnv`` (default: read from the launcher's variables now, before any
     engine starts: vLLM's CPU platform rewrites ``LOCAL_WORLD_SIZE`` in the calling process).
+    ``config``: the run's config when the caller has read it already (``read_run_config`` with the
+    same arguments; ``populora train`` reads it once for its memory check), else it is read here, once.
     An ``EngineFailure`` ends the run on every rank: summary.json says ``failed: <cause>``, the last
     checkpoint is left as it was, and the error is raised to the caller.
     """
@@ -136,14 +142,19 @@ def train(
 
     env = env or rank_env()
     before_cuda(env)  # one GPU per rank and the allocator's settings, before CUDA starts (idempotent)
-    comm = init_comm(_comm_device(config_file, list(overrides), run_dir, resume),
-                     _peek_timeout(config_file, list(overrides), run_dir, resume), env)
+    # the config is read once, before the ranks meet (its device and timeout set up the collectives);
+    # a config that cannot be read is reported by prepare_run below, on every rank
+    read_as = resumes(run_dir, resume)
+    if config is None:
+        config = peek_config(config_file, list(overrides), run_dir, resume)
+    comm = init_comm(_comm_device(config), _timeout(config), env)
     try:
         if resume == "auto":
             resume = comm.gather(_has_run(run_dir) if comm.is_main else None)[0]
             if resume:
                 config_file, overrides = None, []
-        cfg, rd = prepare_run(config_file, list(overrides), run_dir, bool(resume), create=comm.is_main)
+        reuse = config if bool(resume) == read_as else None  # the run appeared or vanished meanwhile: read again
+        cfg, rd = prepare_run(config_file, list(overrides), run_dir, bool(resume), create=comm.is_main, cfg=reuse)
         comm.barrier()  # rank 0 has created the run directory
         return _train(cfg, rd, bool(resume), comm, SelfPlay, handle_signals=handle_signals,
                       progress=progress and comm.is_main)
@@ -162,7 +173,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
     start = ckpt.step if ckpt else 0
     if resume and comm.is_main:
         print(resume_line(rd, start, cfg.selfplay.steps, ckpt.path if ckpt else None), file=sys.stderr, flush=True)
-    summary_file = rd / "summary.json"
+    run = RunDir(rd)
     require_wandb(cfg)  # on every rank: a missing package stops them all before anything starts
     metrics = MetricsLog(rd, tensorboard=cfg.run.tensorboard, sinks=[open_wandb(cfg, rd)]) if comm.is_main else None
 
@@ -175,9 +186,9 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
     sp = SelfPlay(cfg, rd, comm)
     status = "finished"
     try:
-        _record_ranks(rd, comm, sp)
+        _record_ranks(run, comm, sp)
         if ckpt:
-            sp.restore(ckpt)
+            state.restore(sp, ckpt)
         else:
             sp.record_births()
         last_saved, ckpt_seconds = start, None
@@ -199,18 +210,18 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
                 tc = time.perf_counter()
                 _save(sp, rd, step, cfg, comm)
                 last_saved, ckpt_seconds = step, time.perf_counter() - tc
-            bar.set_postfix_str(_progress_line(row))
+            bar.set_postfix_str(progress_line(row))
             if stopping and step < cfg.selfplay.steps:
                 sig = stop.signal or signal.SIGTERM  # the signal reached another rank
                 status = f"interrupted by signal {signal.Signals(sig).name}"
                 break
         if last_saved != sp.step_done and sp.step_done > 0:
             _save(sp, rd, sp.step_done, cfg, comm)
-        sp.export_final(rd)
-        summary = sp.summary(status)
+        state.export_final(sp)
+        summary = state.summary(sp, status)
         if comm.is_main:
-            prune_adapters(rd)
-            _write_json(summary_file, summary)
+            run.prune_adapters()
+            run.write_summary(summary)
             if status != "finished":
                 print(stop_line(rd, sp.step_done, status), file=sys.stderr, flush=True)
         comm.barrier()
@@ -218,7 +229,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
     except EngineFailure as e:  # raised on every rank together (loop._generate_shared): no collective here
         e.run_dir = str(rd)
         if comm.is_main:
-            _write_json(summary_file, sp.summary(f"failed: {e}"))
+            run.write_summary(state.summary(sp, f"failed: {e}"))
         raise
     finally:
         sp.close()
@@ -242,30 +253,8 @@ def stop_line(rd: Path, step: int, status: str) -> str:
 
 
 def prune_adapters(rd: Path) -> list[str]:
-    """Remove ``adapters/<id>/`` folders of members no longer in ``members.json`` (replaced by evolution
-    while a run was interrupted and resumed); their weights stay in the checkpoints and their story in
-    ``lineage.jsonl``. Returns the removed ids."""
-    import shutil
-
-    try:
-        members = json.loads((rd / "members.json").read_text())
-    except (OSError, ValueError):
-        return []  # no (readable) member list: nothing is known to be stale
-    adapters = rd / "adapters"
-    if not isinstance(members, list) or not adapters.is_dir():
-        return []
-    keep = {m.get("id") for m in members if isinstance(m, dict)}
-    removed = sorted(p.name for p in adapters.iterdir() if p.is_dir() and p.name not in keep)
-    for name in removed:
-        shutil.rmtree(adapters / name)
-    return removed
-
-
-def _write_json(path: Path, data) -> None:
-    """``data`` as JSON at ``path``, atomically (a reader sees the old file or the new one)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    """Remove ``adapters/<id>/`` folders of replaced members (``RunDir.prune_adapters``)."""
+    return RunDir(rd).prune_adapters()
 
 
 def rank_placement(comm, device) -> dict:
@@ -274,37 +263,31 @@ def rank_placement(comm, device) -> dict:
             "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "device": str(device)}
 
 
-def _record_ranks(rd: Path, comm, sp) -> None:
+def _record_ranks(run: RunDir, comm, sp) -> None:
     """``RUN_DIR/ranks.json``: every rank's placement (a collective), written by rank 0."""
     ranks = comm.gather(rank_placement(comm, sp.backend.device))  # the trainer's device (Policy passes it on)
     if comm.is_main:
-        _write_json(rd / "ranks.json", ranks)
+        run.write_ranks(ranks)
 
 
 def _has_run(run_dir: str | None) -> bool:
-    return run_dir is not None and (Path(run_dir) / "config.yaml").exists()
+    return run_dir is not None and RunDir(run_dir).holds_run()
 
 
 def peek_config(config_file, overrides, run_dir, resume) -> Config | None:
-    """The run's config as this rank can read it before the run directory is set up (no side effects)."""
+    """``read_run_config``, or None when the config cannot be read (``prepare_run`` then reports why)."""
     try:
-        if resume and run_dir and (Path(run_dir) / "config.yaml").exists():
-            return config_from_yaml_text((Path(run_dir) / "config.yaml").read_text())
-        if config_file:
-            return load_config(config_file, overrides)
-    except ConfigError:
-        return None  # prepare_run reports it
-    return None
+        return read_run_config(config_file, list(overrides), run_dir, resume)
+    except (ConfigError, RunDirError):
+        return None
 
 
-def _peek_timeout(config_file, overrides, run_dir, resume) -> float:
-    cfg = peek_config(config_file, overrides, run_dir, resume)
+def _timeout(cfg: Config | None) -> float:
     return cfg.run.collective_timeout_s if cfg else Config().run.collective_timeout_s
 
 
-def _comm_device(config_file, overrides, run_dir, resume) -> str:
+def _comm_device(cfg: Config | None) -> str:
     """The device collectives use: CUDA for runs on GPUs (NCCL), else CPU (gloo)."""
-    cfg = peek_config(config_file, overrides, run_dir, resume)
     device = cfg.policy.device if cfg else "cpu"
     if device.startswith("cuda") or device == "auto":
         import torch
@@ -320,19 +303,20 @@ def _start_point(cfg: Config, rd: Path, resume: bool) -> tuple[str, object]:
     (a run that cannot be resumed as it is: raised on every rank, nothing changed)."""
     if not resume:
         return "start", None
+    run = RunDir(rd)
     try:
+        run.format()
         ckpt, skipped = resume_point(cfg, rd)
         start = ckpt.step if ckpt else 0
-        done = read_json_object(rd / "summary.json", what="run summary")
+        done = run.read_summary()
         if done is not None and start >= cfg.selfplay.steps:
             return "done", done
         # Lines written after the checkpoint are redone: drop them (every file is checked first, and
         # a malformed line stops the resume before anything changes). Without a checkpoint the first
         # one was never due: the lines of those steps and the founders are all written again.
-        truncate_jsonl_files([rd / n for n in RUN_LOGS],
-                             (lambda row: step_of(row) <= start) if ckpt else (lambda row: False))
+        truncate_jsonl_files(run.step_logs(), (lambda row: step_of(row) <= start) if ckpt else (lambda row: False))
         set_aside(skipped)
-    except (CheckpointError, JsonlError) as e:
+    except (CheckpointError, JsonlError, RunDirError) as e:
         return "error", e
     return ("from", str(ckpt.path)) if ckpt else ("start", None)
 
@@ -346,36 +330,30 @@ def resume_point(cfg: Config, rd: Path) -> tuple[Checkpoint | None, list[Unusabl
     a missing or unusable checkpoint is a CheckpointError naming each one and why, raised before
     anything in the run directory is changed.
     """
-    ckpt, skipped = find_latest(rd / "checkpoints")
+    run = RunDir(rd)
+    ckpt, skipped = find_latest(run.checkpoints)
     if ckpt is not None:
         return ckpt, skipped
-    rows = read_metrics(rd)  # a malformed line: JsonlError naming it
+    rows = run.read_metrics()  # a malformed line: JsonlError naming it
     try:
         logged = max((step_of(r) for r in rows), default=0)
     except ValueError as e:
-        raise JsonlError(f"{rd / 'metrics.jsonl'}: {e}") from None
+        raise JsonlError(f"{run.metrics_file}: {e}") from None
     first_due = min(cfg.run.checkpoint_every, cfg.selfplay.steps)
-    if skipped or (rd / "summary.json").exists() or logged >= first_due:
+    if skipped or run.summary_file.exists() or logged >= first_due:
         why = "; ".join(f"{u.path.name}: {u.reason}" for u in skipped) or (
-            f"{rd / 'checkpoints'} holds none, but metrics.jsonl reaches step {logged}" if logged
-            else f"{rd / 'checkpoints'} holds none, but the run wrote summary.json")
+            f"{run.checkpoints} holds none, but metrics.jsonl reaches step {logged}" if logged
+            else f"{run.checkpoints} holds none, but the run wrote summary.json")
         raise CheckpointError(f"cannot resume {rd}: no usable checkpoint ({why}); nothing was changed. "
                               f"To start over, move {rd} away and start a new run")
     return None, []
 
 
-def _progress_line(row: dict) -> str:
-    valid = [v for k, v in row.items() if k.startswith("teacher/") and k.endswith("valid_rate") and v is not None]
-    solve = [v for k, v in row.items() if k.startswith("student/") and k.endswith("/solve_rate") and v is not None]
-    fmt = lambda xs: f"{sum(xs) / len(xs):.2f}" if xs else "-"  # noqa: E731
-    return f"valid {fmt(valid)} solve {fmt(solve)} step {row['time/step_s']:.1f}s"
-
-
 def _save(sp, rd: Path, step: int, cfg: Config, comm) -> None:
     """Every rank writes the adapters and optimizer states of the members it leads; rank 0 commits the
     checkpoint (state, manifest, atomic rename) once all have written."""
-    adapters, opt_states, state = sp.checkpoint_payload()
-    root = rd / "checkpoints"
+    adapters, opt_states, run_state = state.checkpoint_payload(sp)
+    root = RunDir(rd).checkpoints
     if comm.is_main:
         checkpoint.begin(root, step)
     comm.barrier()
@@ -384,5 +362,5 @@ def _save(sp, rd: Path, step: int, cfg: Config, comm) -> None:
         checkpoint.write_member(staging, name, weights, opt_states[name], base_model=cfg.policy.model)
     comm.barrier()
     if comm.is_main:
-        checkpoint.commit(root, step, state, keep=cfg.run.keep_checkpoints)
+        checkpoint.commit(root, step, run_state, keep=cfg.run.keep_checkpoints)
     comm.barrier()

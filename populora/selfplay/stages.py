@@ -2,17 +2,17 @@
 and ``records.py`` for the records).
 
 Everything here is deterministic given its inputs and the random generator passed in; the only side
-effects are the sandbox calls in ``validate`` and ``check`` and the file appends at the end.
+effects are the sandbox calls in ``validate`` and ``check``. A stage whose infrastructure fails
+returns a ``StageError`` value beside its records (the loop merges it into the step's metrics);
+nothing here writes files or shared state.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 from populora.config import Config
 from populora.policy.base import GenerationResult
@@ -25,51 +25,34 @@ from populora.selfplay.records import (
     TASK_NONDETERMINISTIC,
     ProposalJob,
     ProposalRecord,
+    Seq,
     SolveGroup,
+    StageError,
     is_unjudged,
 )
 from populora.tasks import checking, parsing, prompts, rewards, validation
-from populora.tasks.kinds import PromptEnv, get_kind
+from populora.tasks.config import TaskEnv
+from populora.tasks.kinds.registry import get_kind
 from populora.tasks.records import NONDETERMINISTIC, Attempt, Proposal, Task, Verdict, reason_kind
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GENERATION_ERROR", "SANDBOX_ERROR", "TASK_NONDETERMINISTIC", "ProposalJob", "ProposalRecord", "Seq", "SolveGroup"]
-
-
-@dataclass(frozen=True)
-class Seq:
-    """One trainable sequence of one adapter."""
-
-    role: str  # teacher | student (the baseline agent has both kinds)
-    task_type: str
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    logprobs: list[float]
-    reward: float
-    prompt_group: str  # sequences answering the same prompt share it (per-prompt baselines)
+__all__ = ["GENERATION_ERROR", "SANDBOX_ERROR", "TASK_NONDETERMINISTIC", "ProposalJob", "ProposalRecord", "Seq",
+           "SolveGroup", "StageError"]
 
 
 # -- 2. propose --------------------------------------------------------------------------------------
-def prompt_env(cfg: Config) -> PromptEnv:
-    """What the kinds' prompts read from the run config."""
-    t = cfg.tasks
-    return PromptEnv(templates=t.templates, n_inputs=t.code_f_inputs, n_shown=t.code_f_shown,
-                     max_output_chars=t.max_output_chars)
-
-
-def proposal_jobs(teachers, buffers, cfg: Config, n_proposals: Callable, rng) -> list[ProposalRecord]:
+def proposal_jobs(teachers, buffers, env: TaskEnv, n_proposals: Callable, rng) -> list[ProposalRecord]:
     """Every teacher's prompts: ``n_proposals(member)`` split evenly over the task types. A kind whose
     teacher is given a program (code_f) gets one from the buffers; the others get K references."""
-    t, env = cfg.tasks, prompt_env(cfg)
     out: list[ProposalRecord] = []
     for member in teachers:
-        for task_type, count in per_type(n_proposals(member), t.types).items():
+        for task_type, count in per_type(n_proposals(member), env.types).items():
             kind = get_kind(task_type)
             for _ in range(count):
-                refs = buffers.references(task_type, t.references, rng)
+                refs = buffers.references(task_type, env.references, rng)
                 program = buffers.sample_program(rng) if kind.given_program else None
-                question = prompts.teacher_prompt(task_type, refs, program=program, env=env)
+                question = prompts.teacher_prompt(task_type, refs, env, program=program)
                 out.append(ProposalRecord(len(out), ProposalJob(member.id, task_type, question, program)))
     return out
 
@@ -81,10 +64,9 @@ def with_generations(records: Sequence, gens: Sequence[GenerationResult | None])
     return [replace(r, generation=g) for r, g in zip(records, gens)]
 
 
-def parse_proposals(records: Sequence[ProposalRecord], step: int, require_answer_tag: bool = True,
-                    prefill: Callable[[str], str] = lambda task_type: "", require_think: bool = False
-                    ) -> list[ProposalRecord]:
-    """Parse each teacher completion; ``prefill(type)`` is the part of the answer written into the prompt."""
+def parse_proposals(records: Sequence[ProposalRecord], step: int, env: TaskEnv) -> list[ProposalRecord]:
+    """Parse each teacher completion under ``env``'s format rules; the answer prefill written into the
+    prompt (``prompts.prefill``) is read as the start of the completion."""
     out = []
     for r in records:
         job, gen = r.job, r.generation
@@ -92,25 +74,25 @@ def parse_proposals(records: Sequence[ProposalRecord], step: int, require_answer
             p = Proposal(type=job.task_type, program=job.program or "", teacher_id=job.member_id, step=step,
                          reason=GENERATION_ERROR)
         else:
-            p = parsing.parse_proposal(prefill(job.task_type) + gen.completions[0].text, job.task_type,
-                                       program=job.program, teacher_id=job.member_id, step=step,
-                                       require_answer_tag=require_answer_tag, require_think=require_think)
+            p = parsing.parse_proposal(prompts.prefill("teacher", job.task_type, env) + gen.completions[0].text,
+                                       job.task_type, env, program=job.program, teacher_id=job.member_id, step=step)
         out.append(replace(r, proposal=p))
     return out
 
 
 # -- 3. validate -------------------------------------------------------------------------------------
-def validate(records: Sequence[ProposalRecord], sandbox, vcfg, metrics: dict) -> list[ProposalRecord]:
+def validate(records: Sequence[ProposalRecord], sandbox, env: TaskEnv
+             ) -> tuple[list[ProposalRecord], StageError | None]:
     """All proposals in one parallel sandbox batch; a sandbox failure is an infrastructure error
-    (``sandbox_error``: no reward, no training), never a crash."""
+    (``sandbox_error``: no reward, no training, and a ``StageError``), never a crash."""
+    error = None
     try:
-        verdicts = validation.validate_many([r.proposal for r in records], sandbox, vcfg)
+        verdicts = validation.validate_many([r.proposal for r in records], sandbox, env)
     except Exception as e:
         log.exception("validation failed for %d proposals", len(records))
-        metrics["errors/validate"] = 1
-        metrics["errors/validate_reason"] = f"{type(e).__name__}: {str(e)[:200]}"
+        error = StageError.of("validate", e)
         verdicts = [Verdict(valid=False, reason=SANDBOX_ERROR) for _ in records]
-    return [replace(r, verdict=v) for r, v in zip(records, verdicts)]
+    return [replace(r, verdict=v) for r, v in zip(records, verdicts)], error
 
 
 # -- 4. solve ----------------------------------------------------------------------------------------
@@ -155,54 +137,49 @@ def top_up(buffers, count: int, exclude: set[str], types: list[str], rng) -> lis
     return out
 
 
-def student_question(task: Task, cfg: Config) -> str:
-    return prompts.student_prompt(task, prompt_env(cfg))
+def student_question(task: Task, env: TaskEnv) -> str:
+    """The student's question for ``task`` (unwrapped)."""
+    return prompts.student_prompt(task, env)
 
 
 # -- 5. check ----------------------------------------------------------------------------------------
-def check(groups: Sequence[SolveGroup], sandbox, metrics: dict, require_answer_tag: bool = True,
-          prefill: Callable[[Task], str] = lambda task: "", require_think: bool = False) -> list[SolveGroup]:
-    """Parse and check every rollout in one sandbox batch. Never raises on model text.
+def check(groups: Sequence[SolveGroup], sandbox, env: TaskEnv) -> tuple[list[SolveGroup], StageError | None]:
+    """Parse and check every rollout in one sandbox batch under ``env``. Never raises on model text.
 
-    ``prefill(task)`` is the part of the answer that was written into the student's prompt. When the
-    verifier itself fails, every attempt of the batch is marked ``sandbox_error`` (an infrastructure
-    error: excluded from rho and from training), not scored as the student's fault. In the same
-    batch every task's own program runs once more on its gold inputs; the attempts at a task whose
-    program no longer gives its gold outputs are marked ``task_nondeterministic`` (they count for
-    nothing, and ``teacher_rewards`` makes the task invalid).
+    The answer prefill written into the student's prompt (``prompts.prefill``) is read as the start of
+    the completion. When the verifier itself fails, every attempt of the batch is marked
+    ``sandbox_error`` (an infrastructure error: excluded from rho and from training, and a
+    ``StageError``), not scored as the student's fault. In the same batch every task's own program
+    runs once more on its gold inputs; the attempts at a task whose program no longer gives its gold
+    outputs are marked ``task_nondeterministic`` (they count for nothing, and ``teacher_rewards``
+    makes the task invalid).
     """
     flat = [(g, c) for g in groups for c in (g.generation.completions if g.generation is not None else [])]
     to_judge = [k for k, (_, c) in enumerate(flat) if c.finish_reason != "abort"]  # the engine lost the rest
     # (no sandbox, as in unit tests of answers that need none: no re-run)
     rerun = list({flat[k][0].task.id: flat[k][0].task for k in to_judge}.values()) if sandbox is not None else []
     changed: frozenset[str] = frozenset()
+    error = None
     try:
         judged_some, changed = checking.check_and_rerun(
-            [(flat[k][0].task, prefill(flat[k][0].task) + flat[k][1].text) for k in to_judge], rerun, sandbox,
-            checking.CheckConfig(require_answer_tag=require_answer_tag, require_think=require_think))
+            [(flat[k][0].task, prompts.prefill("student", flat[k][0].task.type, env) + flat[k][1].text)
+             for k in to_judge], rerun, sandbox, env)
     except Exception as e:
         log.exception("checking failed for %d attempts", len(flat))
-        metrics["errors/check"] = 1
-        metrics["errors/check_reason"] = f"{type(e).__name__}: {str(e)[:200]}"
+        error = StageError.of("check", e)
         judged_some = [None] * len(to_judge)
     judged: list = [GENERATION_ERROR] * len(flat)
     for k, j in zip(to_judge, judged_some):
         judged[k] = j
     attempts: dict[int, list[Attempt]] = defaultdict(list)
     for (g, c), j in zip(flat, judged):
-        att = Attempt(g.task.id, g.student_id, c.text, tuple(c.token_ids))
-        if j is GENERATION_ERROR:
-            att.reason = GENERATION_ERROR
-        elif j is None:
-            att.reason = SANDBOX_ERROR
-        elif g.task.id in changed:
-            att.reason = TASK_NONDETERMINISTIC
+        if j is GENERATION_ERROR or j is None or g.task.id in changed:  # counts for nothing (is_unjudged)
+            lost = GENERATION_ERROR if j is GENERATION_ERROR else SANDBOX_ERROR if j is None else TASK_NONDETERMINISTIC
+            att = Attempt(g.task.id, g.student_id, c.text, tuple(c.token_ids), reason=lost)
         else:
-            att.answer, att.format_ok, att.correct, att.score, att.reason = (
-                j.answer, j.format_ok, j.correct, j.score, j.reason)
-            att.reward = rewards.student_reward(att.format_ok, att.correct)
+            att = checking.to_attempt(g.task, g.student_id, c.text, j, c.token_ids)
         attempts[g.index].append(att)
-    return [replace(g, attempts=tuple(attempts.get(g.index, ()))) for g in groups]
+    return [replace(g, attempts=tuple(attempts.get(g.index, ()))) for g in groups], error
 
 
 def solve_rates(groups: Sequence[SolveGroup]) -> dict[tuple[str, str], float]:
@@ -259,10 +236,12 @@ def rating_games(pairs: Mapping[str, str], records: Sequence[ProposalRecord],
 
 # -- 8. training batches -----------------------------------------------------------------------------
 def training_batches(members: Mapping, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup],
-                     cfg: Config, usage: dict[str, Usage], rng) -> dict[str, list[Seq]]:
+                     cfg: Config, rng) -> tuple[dict[str, list[Seq]], dict[str, Usage]]:
     """Each member's sequences for this step: exactly its budget (compute matching), less what the
-    infrastructure lost (failed generations, verifier errors)."""
+    infrastructure lost (failed generations, verifier errors); and what each member used (its
+    ``Usage``: proposals, rollouts, sequences and tokens; optimizer steps are the trainer's)."""
     batches: dict[str, list[Seq]] = {mid: [] for mid in members}
+    usage = {mid: Usage() for mid in members}
     for r in records:
         u = usage[r.member_id]
         u.proposals += 1
@@ -299,11 +278,11 @@ def training_batches(members: Mapping, records: Sequence[ProposalRecord], groups
                 usage[sid].completion_tokens += len(c.token_ids)
     for mid, seqs in batches.items():
         usage[mid].sequences = len(seqs)
-    return {mid: seqs for mid, seqs in batches.items() if seqs}
+    return {mid: seqs for mid, seqs in batches.items() if seqs}, usage
 
 
-# -- metrics and examples ----------------------------------------------------------------------------
-def step_metrics(members: Mapping, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup]) -> dict:
+# -- rates and examples ------------------------------------------------------------------------------
+def step_rates(members: Mapping, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup]) -> dict:
     """Per-step rates under stable names (teacher/<type>/..., student/<type>/..., member/<id>/...)."""
     m: dict = {}
     by_type: dict[str, list[ProposalRecord]] = defaultdict(list)
@@ -353,16 +332,10 @@ def step_metrics(members: Mapping, records: Sequence[ProposalRecord], groups: Se
     return m
 
 
-def append_tasks(path: Path, tasks: list[Task]) -> None:
-    """Every valid task of the run, one JSON line each (the diagnostics read program complexity here)."""
-    with open(path, "a") as f:
-        for t in tasks:
-            f.write(json.dumps(t.to_json()) + "\n")
-
-
-def write_examples(path: Path, step: int, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup],
-                   keep: int = 3) -> None:
-    """A few proposals per step with their verdicts and the students' results, for humans."""
+def example_rows(step: int, records: Sequence[ProposalRecord], groups: Sequence[SolveGroup],
+                 keep: int = 3) -> list[dict]:
+    """A few proposals of the step with their verdicts and the students' results, for humans
+    (``examples.jsonl``): the first ``keep`` valid ones and the first invalid one."""
     solved: dict[str, list[bool]] = defaultdict(list)
     for g in groups:
         solved[g.task.id] += [a.correct for a in g.scored]
@@ -379,6 +352,4 @@ def write_examples(path: Path, step: int, records: Sequence[ProposalRecord], gro
             n_invalid += 1
             rows.append({"step": step, "teacher": r.member_id, "type": r.job.task_type, "valid": False,
                          "reason": r.verdict.reason if r.verdict else None})
-    with open(path, "a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    return rows

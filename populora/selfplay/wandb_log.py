@@ -23,8 +23,9 @@ import string
 from pathlib import Path
 
 from populora.config import Config, ConfigError, wandb_mode
+from populora.run_dir import RunDir
 
-ID_FILE = "wandb_id"
+ID_FILE = RunDir.WANDB_ID
 DEFAULT_PROJECT = "populora"
 LINEAGE_COLUMNS = ("step", "event", "member", "role", "operator", "parents", "replaced")
 
@@ -46,7 +47,7 @@ def new_run_id() -> str:
 
 def run_id(rd: Path, new_id) -> str:
     """The W&B run id of the run in ``rd``: read from ``rd/wandb_id``, or made by ``new_id()`` and stored."""
-    path = rd / ID_FILE
+    path = RunDir(rd).wandb_id_file
     if path.is_file():
         text = path.read_text().strip()
         if text:
@@ -90,7 +91,7 @@ class WandbLog:
         import wandb
 
         self.rd = rd
-        (rd / "wandb").mkdir(exist_ok=True)
+        RunDir(rd).wandb_dir.mkdir(exist_ok=True)
         self.id = run_id(rd, new_run_id)
         self._wandb = wandb
         self.run = wandb.init(**init_kwargs(cfg, rd, mode, self.id))
@@ -99,10 +100,8 @@ class WandbLog:
         self.run.log(scalars(row), step=step)
 
     def close(self) -> None:
-        from populora.jsonl import read_jsonl
-
         try:
-            events = read_jsonl(self.rd / "lineage.jsonl", what="lineage record")
+            events = RunDir(self.rd).read_lineage(strict=False)
         except ValueError:
             events = []
         if events:

@@ -1,0 +1,324 @@
+"""A run directory (``runs/<name>/``): the ONE owner of its layout, its readers, writers and format version.
+
+Training writes it, resume reads it back, and evaluation, the leaderboard, diagnostics, retention tests
+and ``populora status`` read it; all of them go through ``RunDir``, so a file's name and format are
+written down once, here::
+
+    run.json           the layout's format version (written when the run is created)
+    config.yaml        resolved config (what ``--resume`` reads)
+    metrics.jsonl      one line per step (stable metric names; ``populora.selfplay.metrics``)
+    lineage.jsonl      every birth and replacement of a member
+    examples.jsonl     a few tasks per step with their verdicts (for humans)
+    tasks.jsonl        every valid task, with its step and teacher (for the diagnostics)
+    checkpoints/       atomic checkpoints (``populora.checkpoint``)
+    adapters/<id>/     final adapters of the current members as PEFT directories (vLLM-loadable);
+                       folders of members replaced since are removed (weights in checkpoints/)
+    members.json       the final members: id, role, adapter_dir, rating, parents, operator, born_step
+    summary.json       written when the run ends (finished, interrupted or failed)
+    ranks.json         where each rank ran: host, rank, local_rank, visible_devices, device
+    train.log          warnings and library logs of the run (kept out of the progress display)
+    tensorboard/       event files (when tensorboard is installed and ``run.tensorboard``)
+    wandb/, wandb_id   Weights & Biases' own files and the run's W&B id (``run.wandb``)
+
+A directory written before ``run.json`` existed has format 1 (the same layout). A run of a newer
+format than this code knows is refused with a message naming it. JSON files are written atomically
+(a reader sees the old file or the new one); JSON-lines files are appended and fsynced, and readers
+skip a torn last line (``populora.jsonl``). Nothing here imports torch; the config is read lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from populora.jsonl import json_kind, read_json_object, read_jsonl
+
+FORMAT = 1  # the layout this code writes and reads (``run.json``'s "format")
+
+
+class RunDirError(ValueError):
+    """A run directory is missing, of an unknown format, or a file in it cannot be read (the message
+    names the file)."""
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, atomically (a reader sees the old file or the new one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def append_jsonl(path: Path, rows: Iterable[dict], *, sort_keys: bool = False, fsync: bool = False) -> None:
+    """Append one JSON line per row (``fsync``: to disk before returning)."""
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=sort_keys) + "\n")
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class RunDir:
+    """The files of one run directory (see the module docstring). Cheap to make: nothing is read
+    until asked."""
+
+    FORMAT_FILE = "run.json"
+    CONFIG = "config.yaml"
+    METRICS = "metrics.jsonl"
+    LINEAGE = "lineage.jsonl"
+    EXAMPLES = "examples.jsonl"
+    TASKS = "tasks.jsonl"
+    CHECKPOINTS = "checkpoints"
+    ADAPTERS = "adapters"
+    MEMBERS = "members.json"
+    SUMMARY = "summary.json"
+    RANKS = "ranks.json"
+    LOG = "train.log"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    WANDB_ID = "wandb_id"
+    # JSON-lines files with one row per record and its step: cut back to the checkpoint on resume
+    STEP_LOGS = (METRICS, LINEAGE, EXAMPLES, TASKS)
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    # -- paths ----------------------------------------------------------------------------------------
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def lineage_file(self) -> Path:
+        return self.path / self.LINEAGE
+
+    @property
+    def examples_file(self) -> Path:
+        return self.path / self.EXAMPLES
+
+    @property
+    def tasks_file(self) -> Path:
+        return self.path / self.TASKS
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def adapters(self) -> Path:
+        return self.path / self.ADAPTERS
+
+    def adapter_dir(self, member_id: str) -> Path:
+        return self.adapters / member_id
+
+    @property
+    def members_file(self) -> Path:
+        return self.path / self.MEMBERS
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / self.SUMMARY
+
+    @property
+    def ranks_file(self) -> Path:
+        return self.path / self.RANKS
+
+    @property
+    def log_file(self) -> Path:
+        return self.path / self.LOG
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.path / self.TENSORBOARD
+
+    @property
+    def wandb_dir(self) -> Path:
+        return self.path / self.WANDB
+
+    @property
+    def wandb_id_file(self) -> Path:
+        return self.path / self.WANDB_ID
+
+    def step_logs(self) -> list[Path]:
+        return [self.path / n for n in self.STEP_LOGS]
+
+    # -- the run as a whole -------------------------------------------------------------------------
+    def holds_run(self) -> bool:
+        """Whether a run was started here (its config is written first)."""
+        return self.config_file.is_file()
+
+    def create(self, config_yaml: str) -> None:
+        """Make the directory of a new run: its format file and its resolved config."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path / self.FORMAT_FILE, {"format": FORMAT})
+        self.config_file.write_text(config_yaml)
+
+    def format(self) -> int:
+        """The layout version of this run directory (1 when it predates ``run.json``); a format newer
+        than this code knows is a ``RunDirError``."""
+        try:
+            data = self._object(self.FORMAT_FILE, "run format file")
+        except ValueError as e:
+            raise RunDirError(str(e)) from None
+        version = 1 if data is None else data.get("format")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise RunDirError(f"{self.path / self.FORMAT_FILE}: 'format' must be a positive integer, got {version!r}")
+        if version > FORMAT:
+            raise RunDirError(f"{self.path}: run directory format {version} is newer than this populora reads "
+                              f"(format {FORMAT}); upgrade populora")
+        return version
+
+    # -- readers ------------------------------------------------------------------------------------
+    def read_config_text(self) -> str:
+        if not self.config_file.is_file():
+            raise RunDirError(f"{self.config_file}: missing; is {self.path} a run directory?")
+        try:
+            return self.config_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise RunDirError(f"{self.config_file}: cannot read ({e})") from None
+
+    def read_config_data(self) -> dict:
+        """The saved config as plain YAML data (no validation, no torch): for readers that need a fact
+        or two (the run's name, whether it is the baseline). ``{}`` when there is no config."""
+        if not self.config_file.is_file():
+            return {}
+        import yaml
+
+        try:
+            data = yaml.safe_load(self.read_config_text())
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark is not None else ""
+            raise RunDirError(f"{self.config_file}: cannot parse (YAML error{at})") from None
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise RunDirError(f"{self.config_file}: a YAML {json_kind(data)} where a mapping of sections is expected")
+        return data
+
+    def read_config(self):
+        """The run's resolved config (``populora.config.Config``); errors name the file."""
+        from populora.config import ConfigError, config_from_yaml_text
+
+        self.format()
+        text = self.read_config_text()
+        try:
+            return config_from_yaml_text(text)
+        except ConfigError as e:
+            raise ConfigError(f"{self.config_file}: {e}") from None
+
+    def read_metrics(self) -> list[dict]:
+        """The rows of ``metrics.jsonl``, one per step ([] before the first step); a malformed line
+        other than a torn last one is a ``JsonlError`` naming file and line."""
+        return read_jsonl(self.metrics_file)
+
+    def read_lineage(self, strict: bool = True) -> list[dict]:
+        """Every birth record; a malformed line is an error naming file and line (with ``strict``,
+        even a torn last line: the lineage is written with fsync, so a torn line is damage)."""
+        return read_jsonl(self.lineage_file, strict=strict, what="lineage record")
+
+    def read_examples(self) -> list[dict]:
+        return read_jsonl(self.examples_file, what="example")
+
+    def read_tasks(self) -> list[dict]:
+        """The valid tasks of the run as JSON objects (``Task.to_json``), one per line."""
+        return read_jsonl(self.tasks_file)
+
+    def _object(self, name: str, what: str) -> dict | None:
+        """A JSON object file (None when missing); a damaged one is a ``JsonlError`` naming it."""
+        return read_json_object(self.path / name, what=what)
+
+    def read_summary(self) -> dict | None:
+        """``summary.json`` (None when the run has not ended)."""
+        return self._object(self.SUMMARY, "run summary")
+
+    def read_members(self) -> list[dict]:
+        """``members.json``: a JSON list of member objects (error naming the file when missing or bad)."""
+        path = self.members_file
+        if not path.is_file():
+            raise RunDirError(f"{path}: missing; a run directory lists its adapters in members.json")
+        try:
+            members = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RunDirError(f"{path}: invalid JSON ({e})") from None
+        if not isinstance(members, list):
+            raise RunDirError(f"{path}: expected a JSON list of members, got {type(members).__name__}")
+        return members
+
+    def read_ranks(self) -> list[dict]:
+        """``ranks.json``: one object per rank ([] when the run never started a rank)."""
+        path = self.ranks_file
+        if not path.is_file():
+            return []
+        try:
+            ranks = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RunDirError(f"{path}: not a JSON list ({e})") from None
+        if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+            raise RunDirError(f"{path}: not a JSON list of objects")
+        return ranks
+
+    # -- writers ------------------------------------------------------------------------------------
+    def write_summary(self, summary: dict) -> None:
+        write_json_atomic(self.summary_file, summary)
+
+    def write_ranks(self, ranks: list[dict]) -> None:
+        write_json_atomic(self.ranks_file, ranks)
+
+    def write_members(self, members: list[dict]) -> None:
+        """``members.json``, atomically (indented, keys in the order given)."""
+        tmp = self.members_file.with_name(self.MEMBERS + ".tmp")
+        tmp.write_text(json.dumps(members, indent=2))
+        os.replace(tmp, self.members_file)
+
+    def append_tasks(self, tasks: Iterable) -> None:
+        """Every valid task of a step (``Task`` records), one JSON line each."""
+        append_jsonl(self.tasks_file, (t.to_json() for t in tasks))
+
+    def append_examples(self, rows: Iterable[dict]) -> None:
+        append_jsonl(self.examples_file, rows)
+
+    def append_lineage(self, records: Iterable[dict]) -> None:
+        """Birth records, fsynced (the family tree must survive a crash)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        append_jsonl(self.lineage_file, records, sort_keys=True, fsync=True)
+
+    def prune_adapters(self) -> list[str]:
+        """Remove ``adapters/<id>/`` folders of members no longer in ``members.json`` (replaced by
+        evolution while a run was interrupted and resumed); their weights stay in the checkpoints and
+        their story in ``lineage.jsonl``. Returns the removed ids."""
+        try:
+            members = self.read_members()
+        except RunDirError:
+            return []  # no (readable) member list: nothing is known to be stale
+        if not self.adapters.is_dir():
+            return []
+        keep = {m.get("id") for m in members if isinstance(m, dict)}
+        removed = sorted(p.name for p in self.adapters.iterdir() if p.is_dir() and p.name not in keep)
+        for name in removed:
+            shutil.rmtree(self.adapters / name)
+        return removed
