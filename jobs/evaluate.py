@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs.plan import Stage
 from jobs.profiles import ClusterProfile
+from jobs.stages import Stage
 
 log = logging.getLogger(__name__)
 

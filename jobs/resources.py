@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobs.plan import Stage
+from jobs.stages import Stage
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,8 @@ import yaml
 
 from jobs.evaluate import evaluation_stages
 from jobs.executors import preflight
-from jobs.plan import Stage, SubmittedStage, render_plan, submit_plan
 from jobs.profiles import REPO_ROOT, ClusterProfile, ProfileError, load_profile
+from jobs.stages import Stage, SubmittedStage, render_stages, submit_stages
 from jobs.train import DEFAULT_ENTRY, TrainingJob
 
 # Population sizes of the paper's sweeps, as config overrides.
@@ -349,7 +349,7 @@ def submit_sweep(plan: SweepPlan, wait_local: bool = True) -> dict[str, Any]:
         manifest["stages"].append(_stage_record(sub))
         write_manifest(plan.sweep_dir, manifest)
 
-    submitted = submit_plan(plan.stages, on_submit=record)
+    submitted = submit_stages(plan.stages, on_submit=record)
     if wait_local and any(s.stage.profile.executor != "slurm" for s in submitted.values()):
         record_local_results(plan.sweep_dir, manifest, submitted)
     return manifest
@@ -409,7 +409,7 @@ def dry_run_text(plan: SweepPlan) -> str:
     from jobs.resources import resources_table
 
     if all(s.profile.executor == "slurm" for s in plan.stages):
-        body = render_plan(plan.stages)
+        body = render_stages(plan.stages)
     else:
         body = "\n".join(f"### stage {s.key} ({s.profile.executor} executor): {', '.join(s.labels)}"
                          for s in plan.stages)

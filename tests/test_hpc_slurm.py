@@ -22,8 +22,8 @@ import pytest
 
 from jobs.evaluate import EvalShard, EvalShardJob
 from jobs.executors import make_executor, sbatch_script
-from jobs.plan import Stage, submit_plan
 from jobs.profiles import load_profile, profile_from_dict
+from jobs.stages import Stage, submit_stages
 from jobs.status import parse_sacct
 from jobs.train import TrainingJob
 
@@ -130,7 +130,7 @@ def test_failure_propagates_and_dependents_are_cancelled(tmp_path, ci):
         Stage("bad", "hpc-bad", ci, tmp_path / "bad" / "%j", [lambda: boom("intentional failure")], ["bad"]),
         Stage("after", "hpc-after", ci, tmp_path / "after" / "%j", [lambda: 1], ["after"], after=[("bad", None)]),
     ]
-    done = submit_plan(stages)
+    done = submit_stages(stages)
     with pytest.raises(submitit.core.utils.FailedJobError, match="intentional failure"):
         result_within(done["bad"].jobs[0], 120)
     assert done["after"].dependency == f"afterok:{done['bad'].job_id}"

@@ -13,8 +13,8 @@ import cloudpickle
 import pytest
 
 from jobs import evaluate, sweep
-from jobs.plan import Stage, render_plan, submit_plan
 from jobs.profiles import load_profile
+from jobs.stages import Stage, render_stages, submit_stages
 from jobs.status import expand_job_id, format_table, parse_sacct, status_rows
 from jobs.train import TrainingJob
 
@@ -207,7 +207,7 @@ def test_local_executor_waits_for_dependencies(tmp_path):
         Stage("b", "b", local, tmp_path / "b" / "%j", [lambda: append_line(log, "b1"), lambda: append_line(log, "b2")],
               ["b1", "b2"], after=[("a", None)]),
     ]
-    done = submit_plan(stages)
+    done = submit_stages(stages)
     pids = [j.result() for j in done["b"].jobs]
     assert log.read_text().splitlines()[0] == "a" and sorted(log.read_text().split()) == ["a", "b1", "b2"]
     assert os.getpid() not in pids  # ran in subprocesses
@@ -216,7 +216,7 @@ def test_local_executor_waits_for_dependencies(tmp_path):
 def test_plan_rejects_forward_dependencies(tmp_path):
     debug = load_profile("debug")
     with pytest.raises(ValueError, match="not an earlier stage"):
-        render_plan([Stage("x", "x", debug, tmp_path, [int], ["x"], after=[("y", None)])])
+        render_stages([Stage("x", "x", debug, tmp_path, [int], ["x"], after=[("y", None)])])
 
 
 def test_sacct_parsing_and_status_table(monkeypatch):

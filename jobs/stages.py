@@ -1,12 +1,12 @@
-"""A job plan: stages of submitit jobs (single jobs or arrays) linked by ``afterok`` dependencies.
+"""Stages of submitit jobs (single jobs or arrays) linked by ``afterok`` dependencies.
 
 A sweep is three kinds of stage: one training array, one evaluation array per run (each after its
-own training task) and one leaderboard job (after every evaluation array). :func:`submit_plan`
+own training task) and one leaderboard job (after every evaluation array). :func:`submit_stages`
 submits the stages in order on Slurm, turning each dependency into ``afterok:<id>`` (a whole array,
 or one task ``<array>_<i>``), with ``--kill-on-invalid-dep=yes`` so a job whose dependency failed
 is cancelled instead of pending forever. On the ``local`` and ``debug`` executors, which have no
 scheduler, it runs the stages one after the other and waits for each stage's dependencies itself.
-:func:`render_plan` prints the sbatch scripts that would be submitted (``--dry-run``).
+:func:`render_stages` prints the sbatch scripts that would be submitted (``--dry-run``).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _with_dependency_flags(profile: ClusterProfile, has_dependency: bool) -> Clu
     return profile.replace(sbatch_extra={**SLURM_DEPENDENCY_FLAGS, **profile.sbatch_extra})
 
 
-def render_plan(stages: Sequence[Stage]) -> str:
+def render_stages(stages: Sequence[Stage]) -> str:
     """The sbatch scripts of every Slurm stage; the job ids of dependencies, unknown before
     submission, are shown as ``JOBID.<stage>`` (``:`` in stage keys written ``.``)."""
     _check_order(stages)
@@ -106,7 +106,7 @@ def render_plan(stages: Sequence[Stage]) -> str:
     return "\n".join(parts)
 
 
-def submit_plan(stages: Sequence[Stage], on_submit: Callable[[SubmittedStage], None] | None = None
+def submit_stages(stages: Sequence[Stage], on_submit: Callable[[SubmittedStage], None] | None = None
                 ) -> dict[str, SubmittedStage]:
     """Submit every stage in order; returns stage key -> SubmittedStage.
 
