@@ -113,6 +113,7 @@ def _plan_stops(workdir: Path) -> dict:
 
 def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir: Path, backend=None, log=print) -> None:
     from eval.prompts import stop_strings, stop_token_ids
+    from populora.policy.engine import engine_class
 
     for b, its in items.items():
         for w in kind_of(BENCHMARKS[b]).warnings(its):
@@ -125,7 +126,7 @@ def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, work
         plan = make_plan(adapters, items, template=s.template, max_new_tokens=s.budgets(), shards=s.shard[1],
                          slice_size=s.slice_size, model=s.policy.model, stops=stops)
         write_or_check_plan(workdir, plan)
-        chunk = s.chunk_size if s.chunk_size is not None else (0 if s.policy.engine == "vllm" else s.policy.max_batch_size)
+        chunk = s.chunk_size if s.chunk_size is not None else engine_class(s.policy.engine).eval_chunk_size(s.policy)
         t0 = time.perf_counter()
         n = generate_shard(backend, adapters, items, workdir, template=s.template, max_new_tokens=s.budgets(),
                            shard=s.shard, slice_size=s.slice_size, chunk_size=chunk, stops=stops,

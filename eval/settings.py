@@ -24,9 +24,9 @@ def evalplus_default_parallel() -> int:
 class EvalSettings:
     # -- engine (see eval.engine.make_engine) -----------------------------------------------------
     policy: PolicyConfig = field(default_factory=PolicyConfig)
-    # requests per generate call: None = the engine's best (vLLM: every pending request of a
-    # benchmark at once, so no call waits for the slowest sequence of a small chunk; HF: one
-    # decode batch, so that an interrupted evaluation loses at most one batch)
+    # requests per generate call: None = the engine's own (its ``eval_chunk_size``; vLLM: every
+    # pending request of a benchmark at once, so no call waits for the slowest sequence of a small
+    # chunk; HF: one decode batch, so that an interrupted evaluation loses at most one batch)
     chunk_size: int | None = None
     # -- what is evaluated -------------------------------------------------------------------------
     template: str = "base"

@@ -136,14 +136,15 @@ def test_every_policy_key_the_docs_mention_loads():
     for other in set(re.findall(r"`(policy\.[a-z_.]+[a-z])`", doc)) - set(keys):
         assert new_key(other), f"docs/backends.md mentions {other}, which is neither in the key table nor renamed"
     assert len(keys) >= 15, keys
-    from populora.policy.config import LoraSpec, PolicyConfig, VLLMConfig
+    from populora.policy.config import LoraSpec, PolicyConfig, engine_sections
 
-    sections = {"policy": PolicyConfig(), "policy.lora": LoraSpec(), "policy.vllm": VLLMConfig()}
+    sections = {"policy": PolicyConfig(), "policy.lora": LoraSpec(),
+                **{f"policy.{name}": section() for name, section in engine_sections().items()}}
     for key in keys:
         parent, _, leaf = key.rpartition(".")
         assert parent in sections and hasattr(sections[parent], leaf), f"docs/backends.md mentions unknown {key}"
         value = getattr(sections[parent], leaf)
-        if isinstance(value, list | dict) or key in ("policy.lora", "policy.vllm"):
+        if isinstance(value, list | dict) or key == "policy.lora" or key.removeprefix("policy.") in engine_sections():
             continue
         load_config(CONFIGS / "tiny.yaml", [f"{key}={value if value != '' else repr('')}"])
 

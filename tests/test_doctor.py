@@ -27,7 +27,9 @@ from populora.doctor.report import render_markdown, report_json, write_reports
 from populora.doctor.run import exit_status
 from populora.doctor.verdict import compare, planned_items, planned_training_step_gib, verdict
 from populora.plan import PlanInputs, model_shape, plan
-from populora.plan.memory import GIB, VLLM_SLEEP_RESIDUE_GIB
+from populora.plan.memory import GIB
+from populora.policy import PolicyConfig
+from populora.policy.vllm_memory import VLLM_SLEEP_RESIDUE_GIB
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -52,10 +54,11 @@ def test_proc_parsers():
     assert meminfo_gib("nothing") is None
 
 
-def plan_7b(**changes):
-    p = PlanInputs(shape=model_shape("qwen2.5-7b"), micro_batch=4, prompt_tokens=6144, new_tokens=8096,
-                   gradient_checkpointing=True, vllm_sleep=True, adapters=16).with_(**changes)
-    return plan(p, 80.0)
+def plan_7b(**settings):
+    policy = PolicyConfig(engine="vllm", device="cuda", train_micro_batch=4, max_prompt_tokens=6144,
+                          gradient_checkpointing=True, vllm={"sleep_between_phases": True})
+    p = PlanInputs(shape=model_shape("qwen2.5-7b"), policy=policy, prompt_tokens=6144, new_tokens=8096, adapters=16)
+    return plan(p.with_settings(settings), 80.0)
 
 
 def test_planned_training_step_is_the_plans_training_phase_less_resident_and_engine():
@@ -65,7 +68,7 @@ def test_planned_training_step_is_the_plans_training_phase_less_resident_and_eng
         result.phases["training"] - resident - VLLM_SLEEP_RESIDUE_GIB)
     items = planned_items(result)
     assert items["engine_asleep"] == VLLM_SLEEP_RESIDUE_GIB
-    assert "engine_asleep" not in planned_items(plan_7b(vllm_sleep=False))
+    assert "engine_asleep" not in planned_items(plan_7b(**{"policy.vllm.sleep_between_phases": False}))
 
 
 def measured(**gib):
@@ -103,8 +106,8 @@ def test_verdict_takes_unmeasured_items_from_the_plan_and_fails_on_oom():
 
 
 def test_hf_engine_verdict_has_no_engine_during_training():
-    p = PlanInputs(shape=model_shape("tiny"), engine="hf", device="cpu", dtype="float32", adapters=4, micro_batch=6,
-                   prompt_tokens=4096, new_tokens=24)
+    p = PlanInputs(shape=model_shape("tiny"), policy=PolicyConfig(engine="hf", train_micro_batch=6),
+                   device="cpu", dtype="float32", adapters=4, prompt_tokens=4096, new_tokens=24)
     result = plan(p, 16.0)
     v = verdict("tiny", result, compare(result, measured(training_step=0.5, base_weights=0.004, adapters_optimizer=0.001)))
     assert v.phases_gib["training"] == pytest.approx(0.505)
@@ -124,7 +127,8 @@ def test_arm_ratios_are_wall_clock_seconds_over_seconds():
 
 
 def report(fits_training_step=0.5, error=None):
-    p = PlanInputs(shape=model_shape("tiny"), engine="hf", device="cpu", dtype="float32", adapters=4)
+    p = PlanInputs(shape=model_shape("tiny"), policy=PolicyConfig(engine="hf"), device="cpu",
+                   dtype="float32", adapters=4)
     result = plan(p, 16.0)
     training = TrainingResult("tiny", 1_000_000, "float32", "cpu", 4096, 24, 6, False,
                               (MemberUpdate("t0", "teacher", 6, 24720, 2.0, 0.1, 0.3),),

@@ -11,7 +11,6 @@ from populora.cli import main
 from populora.config import load_config
 from populora.plan import (
     ITEMS,
-    KNOB_KEYS,
     UnknownModelShape,
     check_plan,
     fix_overrides,
@@ -23,12 +22,13 @@ from populora.plan import (
 )
 from populora.plan.memory import adapter_params, kv_bytes_per_token
 from populora.plan.shapes import PROJECTIONS, shape_from_config
+from populora.policy.vllm_memory import max_model_len
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 PRESETS_7B = sorted(p.stem for p in CONFIGS.glob("*-7b.yaml"))
 # What the *-7b presets need to fit one 80 GB H100 with >= 10% headroom, and set: checkpointed
 # decoder layers, vLLM asleep while training.
-NEEDED_7B = {"gradient_checkpointing": True, "vllm_sleep": True}
+NEEDED_7B = {"policy.gradient_checkpointing": True, "policy.vllm.sleep_between_phases": True}
 
 
 def test_qwen25_7b_shape_from_the_table():
@@ -90,12 +90,12 @@ def test_every_7b_preset_fits_one_h100_as_written(preset):
     cfg = load_config(CONFIGS / f"{preset}.yaml")
     p = plan_inputs(cfg)
     assert p.prompt_tokens == cfg.policy.max_prompt_tokens == 6144  # the plan bounds every prompt
-    assert p.gradient_checkpointing and p.vllm_sleep  # NEEDED_7B, set in the file
+    assert p.policy.gradient_checkpointing and p.policy.vllm.sleep_between_phases  # NEEDED_7B, set in the file
     for inputs in (p, plan_inputs(cfg, prompt_tokens=1024)):
         fitted = plan(inputs, 80.0)
         assert fitted.fits and fitted.headroom_gib >= 0.10 * 80, format_plan(fitted)
-        assert fitted.details["kv_cache_tokens"] >= inputs.max_model_len
-    assert not plan(p.with_(gradient_checkpointing=False), 80.0).fits
+        assert fitted.details["kv_cache_tokens"] >= max_model_len(inputs)
+    assert not plan(p.with_settings({"policy.gradient_checkpointing": False}), 80.0).fits
 
 
 def test_4t4s_without_checkpointing_does_not_fit_and_names_the_knobs():
@@ -103,27 +103,47 @@ def test_4t4s_without_checkpointing_does_not_fit_and_names_the_knobs():
     result = check_plan(cfg, 80.0)
     assert not result.fits and result.items["activations"] > 80
     assert result.fixes, "an infeasible preset must come with the knobs that fit"
-    for fix in result.fixes:  # every suggestion really fits, and prints as config overrides
-        assert plan(result.inputs.with_(**fix), 80.0).fits
-        assert all(f"{KNOB_KEYS[k]}=" in fix_overrides(fix) for k in fix)
+    for fix in result.fixes:  # every suggestion is run-config keys, really fits, and prints as overrides
+        assert all(k.startswith("policy.") for k in fix)
+        assert plan(result.inputs.with_settings(fix), 80.0).fits
+        assert fix_overrides(fix) == " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in fix.items())
+        assert load_config(CONFIGS / "4t4s-7b.yaml", ["policy.gradient_checkpointing=false", *fix_overrides(fix).split()])
     text = format_plan(result, "4t4s-7b")
     assert "DOES NOT FIT" in text and "policy.gradient_checkpointing=true" in text
     assert all(name in text for name in ITEMS)
 
 
 def test_the_logits_tail_is_chunked_and_checkpointing_cuts_activations_in_the_plan():
-    p = plan_inputs(load_config(CONFIGS / "4t4s-7b.yaml")).with_(micro_batch=8, new_tokens=4096, **NEEDED_7B)
+    p = plan_inputs(load_config(CONFIGS / "4t4s-7b.yaml")).with_(new_tokens=4096).with_settings(
+        {"policy.train_micro_batch": 8, **NEEDED_7B})
     r = plan(p, 80.0)
     assert r.items["logits"] < 2 and r.details["logits_unchunked_gib"] > 50  # 3 x [8, 4096, 152k] float32
     assert r.details["activations_without_checkpointing_gib"] > 8 * r.details["activations_with_checkpointing_gib"]
-    assert plan(p.with_(logits_chunk=128), 80.0).items["logits"] < r.items["logits"]
+    assert plan(p.with_settings({"policy.logits_chunk": 128}), 80.0).items["logits"] < r.items["logits"]
 
 
 def test_vllm_share_too_small_for_one_sequence_is_refused():
-    p = plan_inputs(load_config(CONFIGS / "4t4s-7b.yaml")).with_(vllm_memory_share=0.2, **NEEDED_7B)
+    p = plan_inputs(load_config(CONFIGS / "4t4s-7b.yaml")).with_settings(
+        {"policy.vllm.gpu_memory_utilization": 0.2, **NEEDED_7B})
     r = plan(p, 80.0)
     assert not r.fits and any("cannot start" in problem for problem in r.problems)
-    assert any("vllm_memory_share" in fix for fix in suggest_fixes(p, 80.0))
+    assert any("policy.vllm.gpu_memory_utilization" in fix for fix in suggest_fixes(p, 80.0))
+
+
+def test_the_plan_reads_the_policy_section_and_turns_run_config_keys():
+    cfg = load_config(CONFIGS / "4t4s-7b.yaml")
+    p = plan_inputs(cfg)
+    assert p.policy is cfg.policy and p.engine_class.name == "vllm"
+    share = cfg.policy.vllm.gpu_memory_utilization
+    q = p.with_settings({"policy.vllm.gpu_memory_utilization": 0.5, "policy.train_micro_batch": 2})
+    assert (q.policy.vllm.gpu_memory_utilization, q.policy.train_micro_batch) == (0.5, 2)
+    assert cfg.policy.vllm.gpu_memory_utilization == share  # the run's own section is left as it is
+    with pytest.raises(ValueError, match="policy.nope"):
+        p.with_settings({"policy.nope": 1})
+    with pytest.raises(ValueError, match="rl.lr"):
+        p.with_settings({"rl.lr": 1.0})
+    inputs = plan(p, 80.0).to_json()["inputs"]
+    assert inputs["policy"] == cfg.policy.to_dict() and inputs["device"] == "cuda" and inputs["adapters"] == 8
 
 
 def test_cli_json_contract_and_exit_status(capsys):
@@ -162,8 +182,9 @@ def test_train_refuses_a_gpu_run_that_does_not_fit_before_anything_loads(tmp_pat
     assert not rd.exists()
     # the check runs only where there is a GPU to plan for: on CPU it returns no refusal
     monkeypatch.setattr(train_cmd, "cuda_memory_gib", lambda device: None)
-    ns = train_cmd.argparse.Namespace(config=str(CONFIGS / "4t4s-7b.yaml"), overrides=[], resume=None, run_dir=None)
-    assert train_cmd.memory_refusal(ns) is None
+    from populora.config import load_config
+
+    assert train_cmd.memory_refusal(load_config(CONFIGS / "4t4s-7b.yaml")) is None
 
 
 def test_cuda_memory_gib_plans_cuda_runs_even_without_a_gpu():

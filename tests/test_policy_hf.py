@@ -101,9 +101,10 @@ def test_base_rows_match_transformers_generate(backend):
     for prompt in PROMPTS[:2]:
         ours = backend.generate([Req(prompt, None)], GREEDY)[0].completions[0].token_ids
         ids = torch.tensor([backend.encode(prompt)])
-        with backend._peft.disable_adapter():
-            ref = backend._peft.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
-                                         do_sample=False, eos_token_id=sorted(backend.eos_ids))
+        trainer = backend.trainer
+        with trainer._peft.disable_adapter():
+            ref = trainer._peft.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
+                                         do_sample=False, eos_token_id=sorted(trainer.eos_ids))
         assert ours == ref[0, ids.shape[1]:].tolist()
 
 

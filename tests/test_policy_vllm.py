@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from populora.policy.adapters import AdapterWeights
-from populora.policy.lora_registry import LoraRegistry, sampling_seeds
+from populora.policy.vllm_adapters import LoraRegistry, sampling_seeds
 
 SHAPES = {"model.layers.0.self_attn.q_proj": (8, 8), "model.layers.0.mlp.down_proj": (16, 8)}
 
@@ -76,7 +76,11 @@ def test_module_imports_without_vllm_and_says_how_to_install(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # as if not installed: `import vllm` raises ImportError
     with pytest.raises(ImportError, match=r"populora\[vllm\].*make setup-vllm"):
-        ve._import_vllm()
+        ve.VLLMEngine.check_available()
+    from populora.policy import make_backend
+
+    with pytest.raises(ImportError, match=r"populora\[vllm\]"):  # before any weights load
+        make_backend({"engine": "vllm", "model": "/nowhere/no-such-model", "lora": {"rank": 8}})
 
 
 # -- the vLLM API the engine uses, checked against every supported release (no vLLM needed) --------
@@ -283,9 +287,9 @@ def tiny_trainer():
 def test_vllm_engine_publishes_new_versions_and_routes_per_prompt(monkeypatch, tmp_path, tiny_trainer, version):
     from pathlib import Path
 
+    from populora.policy.backend import Policy
     from populora.policy.base import GenerationRequest as Req
     from populora.policy.base import SamplingParams
-    from populora.policy.engine import Policy
     from populora.policy.vllm_engine import VLLMEngine
 
     calls = _install_recording_vllm(monkeypatch, version)
@@ -453,9 +457,10 @@ def test_an_engine_whose_memory_went_to_another_gpu_is_refused():
 
 
 def test_an_engine_started_on_another_gpu_stops_the_run(monkeypatch, tmp_path, tiny_trainer):
+    from populora.policy.backend import Policy
     from populora.policy.base import GenerationRequest as Req
     from populora.policy.base import SamplingParams
-    from populora.policy.engine import EngineFailure, Policy
+    from populora.policy.engine import EngineFailure
     from populora.policy.vllm_engine import VLLMEngine
 
     calls = _install_recording_vllm(monkeypatch, "0.33.0")

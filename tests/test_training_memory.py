@@ -62,10 +62,10 @@ def batch(n=3, prompt=20, comp=12, seed=0):
 
 def plan_of(be, rows, prompt, comp, ckpt) -> PlanInputs:
     dtype = str(next(be.base.parameters()).dtype).removeprefix("torch.")
-    return PlanInputs(shape=shape_from_config(be.base.config.to_dict(), "test"), engine="hf", device="cpu",
-                      dtype=dtype, adapter_dtype=dtype, adapters=1, lora_rank=be.config.lora.rank,
-                      micro_batch=rows, prompt_tokens=prompt, new_tokens=comp, gradient_checkpointing=ckpt,
-                      logits_chunk=be.logits_chunk)
+    policy = be.config.replace(engine="hf", adapter_dtype=dtype, train_micro_batch=rows, gradient_checkpointing=ckpt,
+                               logits_chunk=be.logits_chunk)
+    return PlanInputs(shape=shape_from_config(be.base.config.to_dict(), "test"), policy=policy, device="cpu",
+                      dtype=dtype, adapters=1, prompt_tokens=prompt, new_tokens=comp)
 
 
 def plain_logprobs(be, adapter, prompts, comps):

@@ -45,8 +45,8 @@ GOAL = 1 / 1.1  # S-LoRA / Punica: a mixed batch within 1.1x of a one-adapter ba
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="tiny,smollm2-135m", help="comma-separated base models")
-    p.add_argument("--engines", default="auto", help="comma-separated engines (hf, vllm); auto = hf, and vllm "
-                                                     "when it is installed")
+    p.add_argument("--engines", default="auto", help="comma-separated engines (policy.engine values: hf, vllm, ...); "
+                                                     "auto = hf, and vllm when it is installed")
     p.add_argument("--adapters", type=int, default=8)
     p.add_argument("--prompts-per-adapter", type=int, default=2)
     p.add_argument("--new-tokens", default="tiny=64,smollm2-135m=16", help="MODEL=N,... or one N for all")
@@ -92,6 +92,7 @@ def bench_model(model: str, engine: str, args: argparse.Namespace) -> dict:
 
     from populora.policy import make_backend
     from populora.policy.base import GenerationRequest, SamplingParams
+    from populora.policy.engine import engine_class
 
     sampling = SamplingParams(temperature=0, max_new_tokens=per_model(args.new_tokens, model))
     set_num_threads = torch.set_num_threads  # an in-process vLLM on CPU replaces it with a no-op
@@ -141,7 +142,8 @@ def bench_model(model: str, engine: str, args: argparse.Namespace) -> dict:
     finally:
         be.close()
         torch.set_num_threads = set_num_threads  # so that later backends (and `bench all`) set theirs
-    in_process = engine == "hf" or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    # an engine without processes of its own computes with this process's threads
+    in_process = engine_class(engine).cuda_processes == 0 or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
     tps = {arm: arms[arm]["tokens_per_s"] for arm in ARMS}
     return {
         "model": model, "engine": engine, "device": str(be.device), "adapters": args.adapters,
@@ -158,10 +160,12 @@ def same_tokens(a: list[list[int]], b: list[list[int]]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from populora.policy.engine import engine_names
+
     names = engines(args.engines)
-    unknown = [e for e in names if e not in ("hf", "vllm")]
+    unknown = [e for e in names if e not in engine_names()]
     if unknown or not names:
-        print(f"error: --engines takes hf and/or vllm, got {args.engines!r}")
+        print(f"error: --engines takes engines of {engine_names()}, got {args.engines!r}")
         return 2
     if "vllm" in names:
         where = {k: "from the environment" if k in os.environ else "set by the benchmark" for k in VLLM_ENV}

@@ -33,6 +33,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+class Engines:
+    """``--backend``'s choices: the registered generation engines (``populora.policy.engine``), read
+    only when argparse checks a value or prints the help, so that building the CLI's parser (every
+    command does) imports no engine. ``str()`` lists each with its summary."""
+
+    def _names(self) -> list[str]:
+        from populora.policy.engine import engine_names
+
+        return engine_names()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __str__(self) -> str:
+        from populora.policy.engine import engines
+
+        return "; ".join(f"{name} = {cls.summary}" if cls.summary else name for name, cls in engines().items())
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate adapters of runs (and the base model) on code and math benchmarks")
     p.add_argument("--runs", nargs="+", required=True, help="run directories (each with members.json)")
@@ -43,7 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="tiny", help="base model: tiny, smollm2-135m, a path or HF id")
     p.add_argument("--skip-base-check", action="store_true",
                    help="evaluate even when an adapter records another base model than --model")
-    p.add_argument("--backend", default="hf", choices=("hf", "vllm"))
+    backend = p.add_argument("--backend", choices=Engines(), metavar="ENGINE",
+                             help="generation engine, policy.engine (default: the policy's default); one module "
+                                  "populora/policy/<name>_engine.py each: %(engines)s")
+    backend.engines = Engines()  # the help's %(engines)s
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--max-batch-size", type=int, default=64, help="rows decoded together by the backend")
@@ -69,7 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="address-space limit of EvalPlus test processes (default: EvalPlus's 4 GiB)")
     p.add_argument("--evalplus-parallel", type=int, help="EvalPlus workers (default: EvalPlus's own, cpu_count // 2)")
     p.add_argument("--chunk-size", type=int,
-                   help="requests per generate call (default: vLLM all pending of a benchmark, HF one batch)")
+                   help="requests per generate call (default: the engine's own: vLLM all pending of a benchmark, "
+                        "HF one batch)")
     p.add_argument("--cache-dir", help="EvalPlus data/ground-truth cache (default $POPULORA_CACHE/evalplus)")
     p.set_defaults(func=run_eval)
 
@@ -134,8 +160,9 @@ def eval_policy(args: argparse.Namespace):
 
     from populora.policy.config import PolicyConfig
 
-    base = {"engine": args.backend, "model": args.model, "device": args.device, "dtype": args.dtype,
-            "max_batch_size": args.max_batch_size}
+    base = {"model": args.model, "device": args.device, "dtype": args.dtype, "max_batch_size": args.max_batch_size}
+    if args.backend is not None:
+        base["engine"] = args.backend
     node = OmegaConf.merge(OmegaConf.create(base), OmegaConf.from_dotlist([f"{k}={v}" for k, v in args.policy]))
     return PolicyConfig.from_mapping(node)
 

@@ -92,7 +92,8 @@ def _cuda_sync():
 
 def hf_generation(cfg, backend, device: str) -> GenerationResult:
     """The HF engine's arms on the training stage's trainer (its adapters are the preset's members)."""
-    from populora.policy.engine import Policy, engine_class
+    from populora.policy.backend import Policy
+    from populora.policy.engine import engine_class
 
     config = backend.config.replace(engine="hf")
     policy = Policy(config, backend, engine_class("hf")(config, backend))
@@ -152,7 +153,8 @@ def _child(args: argparse.Namespace) -> int:
     from populora.config import load_config
     from populora.doctor.model import is_tiny, random_model, write_model_dir
     from populora.doctor.training import members
-    from populora.policy.engine import EngineContext, Policy
+    from populora.policy.backend import Policy
+    from populora.policy.engine import EngineContext
     from populora.policy.hf import HFBackend
     from populora.policy.vllm_engine import VLLMEngine
 

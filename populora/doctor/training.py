@@ -150,6 +150,7 @@ def run_training(cfg, device: str):
     caller generates with the backend, then closes it)."""
     import torch
 
+    from populora.policy.engine import engine_class
     from populora.policy.hf import HFBackend
 
     on_cuda = device == "cuda"
@@ -202,10 +203,12 @@ def run_training(cfg, device: str):
             _, step = cuda_peak_bytes(lambda: update(backend, name, batch, cfg))
             memory.append(Measure("training_step", float(step), "torch.cuda.max_memory_allocated during a second "
                                   "update of the first member, above memory_allocated at its start"))
-            contexts = 2 if policy.engine == "vllm" else 1
+            contexts = 1 + engine_class(policy.engine).cuda_processes  # the trainer's + the engine's own
+            per_process = (f" x {contexts} processes (the trainer + the {policy.engine} engine's), as the plan counts"
+                           if contexts > 1 else "")
             memory.append(Measure("cuda_context", ctx * contexts,
                                   "device memory in use outside torch's allocator right after CUDA started "
-                                  f"(this process's context, and anything other processes held){' x 2 processes (trainer + vLLM engine), as the plan counts' if contexts == 2 else ''}"))
+                                  f"(this process's context, and anything other processes held){per_process}"))
             peak, peak_method = float(torch.cuda.max_memory_allocated()), "torch.cuda.max_memory_allocated of the measured update"
         else:
             _, step = cpu_peak_bytes(lambda: update(backend, name, batch, cfg))

@@ -8,13 +8,15 @@ Items compared (GiB, measured / planned):
   Its planned figure is the plan's ``trainer + activations + logits`` less the overlap the plan
   takes off (the log-prob tail's chunk and the layers' backward working set are never alive
   together); trainer, activations and logits are not measured one by one (they live in one update);
-- ``engine_asleep``: the vLLM engine's residue while it sleeps (the plan's sleep-residue estimate),
-  when the preset sleeps it (an engine that never sleeps keeps its whole share while training).
+- ``engine_asleep``: what the engine keeps while it sleeps (the vLLM engine's sleep-residue
+  estimate), when the preset's engine sleeps between phases (the plan's ``EngineMemory.sleeps``;
+  an engine that never sleeps keeps its whole share while training).
 
 The verdict sums the phases as the plan does, from measured figures where there are any and the
 plan's figures for the rest (named in ``from_plan``): generation = base weights + adapters and
-AdamW + CUDA contexts + the engine awake; training = the same resident state + the engine asleep (or
-awake, if it never sleeps; nothing for the HF engine) + the training step. It fits when the larger
+AdamW + CUDA contexts + the engine awake; training = the same resident state + what the engine keeps
+meanwhile, as its class tells the plan (asleep: ``engine_asleep``; all it holds awake: the ``engine``
+item; else its planned figure, nothing for the HF engine) + the training step. It fits when the larger
 phase leaves ``min_headroom`` of the device free, as ``populora plan`` asks; a stage that ran out of
 memory does not fit.
 """
@@ -22,12 +24,7 @@ memory does not fit.
 from __future__ import annotations
 
 from populora.doctor.records import ItemComparison, Measure, Verdict
-from populora.plan.memory import (
-    GIB,
-    VLLM_SLEEP_RESIDUE_GIB,
-    backward_working_bytes,
-    logits_transient_bytes,
-)
+from populora.plan.memory import GIB, backward_working_bytes, logits_transient_bytes
 
 UNSPLIT = ("trainer", "activations", "logits")  # measured together, as training_step
 RESIDENT = ("base_weights", "adapters_optimizer", "cuda_context")
@@ -37,24 +34,21 @@ def planned_training_step_gib(plan) -> float:
     """The plan's training-phase figure less the resident state and the engine: its trainer,
     activations and logits items, less the overlap it takes off (``plan/memory.py: plan``)."""
     p = plan.inputs
-    tokens = p.micro_batch * (p.prompt_tokens + p.new_tokens)
+    tokens = p.policy.train_micro_batch * (p.prompt_tokens + p.new_tokens)
     overlap = min(logits_transient_bytes(p), backward_working_bytes(p, tokens)) / GIB
     return sum(plan.items[k] for k in UNSPLIT) - overlap
 
 
 def planned_engine_asleep_gib(plan) -> float:
-    """The engine's share during training, as the plan counts it."""
-    p = plan.inputs
-    if p.engine != "vllm":
-        return 0.0
-    return VLLM_SLEEP_RESIDUE_GIB if p.vllm_sleep else plan.items["engine"]
+    """What the engine keeps during training, as the plan counts it (its class's figure)."""
+    return plan.engine.training / GIB
 
 
 def planned_items(plan) -> dict[str, float]:
     """Every figure the doctor compares, planned, in GiB."""
     out = dict(plan.items)
     out["training_step"] = planned_training_step_gib(plan)
-    if plan.inputs.engine == "vllm" and plan.inputs.vllm_sleep:
+    if plan.engine.sleeps:
         out["engine_asleep"] = planned_engine_asleep_gib(plan)
     return out
 
@@ -79,13 +73,26 @@ def compare(plan, measures: list[Measure]) -> tuple[ItemComparison, ...]:
             method = m.method
         elif item in UNSPLIT:
             method = "not measured alone: inside training_step"
-        elif item == "engine" and plan.inputs.engine == "hf":
+        elif item == "engine" and plan.inputs.engine_class.shares_trainer_weights:  # the HF engine
+            # it generates on the trainer's model: the doctor's arms on that trainer are its measure
             method = ("not measured: the arms generate far fewer rows than the plan's max_batch_size "
                       "x the longest prompt")
         else:
             method = "not measured"
         rows.append(ItemComparison(item, planned, gib, ratio(gib, planned), method))
     return tuple(rows)
+
+
+def engine_while_training(plan, engine: float, value) -> float:
+    """What the engine keeps while the trainer runs: asleep, the ``engine_asleep`` item; when its
+    class says it keeps all it holds awake, the ``engine`` item (measured where measured); else its
+    planned figure (0 for an engine whose memory exists only while it generates)."""
+    own = plan.engine
+    if own.sleeps:
+        return value("engine_asleep")
+    if own.training == own.awake:
+        return engine
+    return own.training / GIB
 
 
 def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | None = None) -> Verdict:
@@ -106,8 +113,8 @@ def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | 
 
     resident = sum(value(k) for k in RESIDENT)
     engine = value("engine")
-    asleep = value("engine_asleep") if "engine_asleep" in by else (engine if plan.inputs.engine == "vllm" else 0.0)
-    phases = {"generation": resident + engine, "training": resident + asleep + value("training_step")}
+    phases = {"generation": resident + engine,
+              "training": resident + engine_while_training(plan, engine, value) + value("training_step")}
     limit = plan.gpu_gib * (1 - plan.min_headroom)
     fits = failed is None and max(phases.values()) <= limit
     return Verdict(preset, fits, plan.gpu_gib, plan.min_headroom, phases, dict(plan.phases),

@@ -1,17 +1,18 @@
 """Memory plan of a run, computed from its config and the model's shape before anything loads.
 
 - ``shapes.py``: the base's shape from ``config.json`` or a table of known bases (no weights);
-- ``memory.py``: :class:`PlanInputs` and the pure arithmetic of the plan (items, phases, fixes);
+- ``memory.py``: :class:`PlanInputs` and the pure arithmetic of the plan (items, phases, fixes); the
+  engine's own part comes from its class (``GenerationEngine.plan_memory`` / ``plan_knobs``);
 - ``inputs.py``: the one reader of run-config keys (``plan_inputs``, ``check_plan``);
 - ``report.py``: the table.
 """
 
-from populora.plan.inputs import KNOB_KEYS, check_plan, fix_overrides, plan_inputs
+from populora.plan.inputs import check_plan, fix_overrides, plan_inputs
 from populora.plan.memory import ITEMS, Plan, PlanInputs, plan, suggest_fixes
 from populora.plan.report import format_plan
 from populora.plan.shapes import ModelShape, UnknownModelShape, model_shape
 
 __all__ = [
-    "ITEMS", "KNOB_KEYS", "ModelShape", "Plan", "PlanInputs", "UnknownModelShape",
+    "ITEMS", "ModelShape", "Plan", "PlanInputs", "UnknownModelShape",
     "check_plan", "fix_overrides", "format_plan", "model_shape", "plan", "plan_inputs", "suggest_fixes",
 ]

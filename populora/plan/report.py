@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from populora.plan.inputs import fix_overrides
-from populora.plan.memory import Plan, adapter_params
+from populora.plan.memory import Plan
 
 
 def _on(flag: bool) -> str:
@@ -11,36 +11,27 @@ def _on(flag: bool) -> str:
 
 
 def describe(plan: Plan) -> dict[str, str]:
-    """What each item holds, in words and sub-figures."""
+    """What each item holds, in words and sub-figures (the engine's line is its own)."""
     p, d = plan.inputs, plan.details
-    s = p.shape
+    s, policy = p.shape, p.policy
     tokens = p.prompt_tokens + p.new_tokens
-    if p.engine == "vllm":
-        engine = (
-            f"vLLM share {p.vllm_memory_share:g}: weights {d['engine_weights_gib']:.1f}, LoRA slots "
-            f"{d['engine_lora_slots_gib']:.1f}, other {d['engine_overhead_gib']:.1f}, KV cache {d['engine_kv_cache_gib']:.1f} "
-            f"({d['kv_cache_tokens'] / 1000:.0f}k tokens = {d['kv_cache_sequences']:.0f} sequences of {tokens})"
-            + (", asleep while training" if p.vllm_sleep else "")
-        )
-    else:
-        engine = f"HF decode of {p.gen_batch} rows x {tokens} tokens: KV cache + prefill (generation phase only)"
-    per_adapter = adapter_params(s, p.lora_rank, p.lora_targets)
+    rows = policy.train_micro_batch
     ckpt = d["activations_with_checkpointing_gib"]
     plain = d["activations_without_checkpointing_gib"]
     return {
         "base_weights": f"frozen base in the trainer, {s.n_params() / 1e9:.2f} B params in {p.dtype}",
-        "engine": engine,
+        "engine": plan.engine.what,
         "trainer": "gradients and AdamW temporaries of the member being updated",
         "adapters_optimizer": (
-            f"{p.adapters} adapters x {per_adapter / 1e6:.1f} M params: float32 weights + AdamW moments"
+            f"{p.adapters} adapters x {p.adapter_params / 1e6:.1f} M params: float32 weights + AdamW moments"
             + (f" + {p.adapter_dtype} compute copies" if p.adapter_dtype != "float32" else "")
         ),
         "activations": (
-            f"a pass of <= {p.micro_batch} x {tokens} = {p.micro_batch * tokens} padded tokens (packed) x {s.layers} layers ({d['layer_kib_per_token']:.1f} KiB/token/layer); "
-            f"checkpointing {_on(p.gradient_checkpointing)} (on: {ckpt:.1f}, off: {plain:.1f})"
+            f"a pass of <= {rows} x {tokens} = {rows * tokens} padded tokens (packed) x {s.layers} layers ({d['layer_kib_per_token']:.1f} KiB/token/layer); "
+            f"checkpointing {_on(policy.gradient_checkpointing)} (on: {ckpt:.1f}, off: {plain:.1f})"
         ),
         "logits": (
-            f"<= {p.micro_batch * p.new_tokens} completion tokens a pass, chunks of {p.logits_chunk} "
+            f"<= {rows * p.new_tokens} completion tokens a pass, chunks of {policy.logits_chunk} "
             f"(one [B, T, V] float32 log-softmax would keep {d['logits_unchunked_gib']:.1f})"
         ),
         "cuda_context": "CUDA contexts (estimate)" if p.device.startswith("cuda") else "none on CPU",
@@ -53,8 +44,8 @@ def format_plan(plan: Plan, title: str = "") -> str:
     device = "GPU" if p.device.startswith("cuda") else "CPU (figures are process RAM)"
     lines = [
         f"memory plan{': ' + title if title else ''} on one {plan.gpu_gib:g} GiB {device}",
-        f"model: {p.shape.source}; engine {p.engine}, {p.dtype}, LoRA compute {p.adapter_dtype}, "
-        f"{p.adapters} adapters of rank {p.lora_rank}, prompts {p.prompt_tokens} + completions {p.new_tokens} tokens",
+        f"model: {p.shape.source}; engine {p.policy.engine}, {p.dtype}, LoRA compute {p.adapter_dtype}, "
+        f"{p.adapters} adapters of rank {p.policy.lora.rank}, prompts {p.prompt_tokens} + completions {p.new_tokens} tokens",
         "",
         f"{'item':<20}{'GiB':>8}  what",
     ]

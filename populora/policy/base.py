@@ -1,6 +1,6 @@
 """The backend interface: one frozen base model, many named LoRA adapters.
 
-The implementation is ``populora.policy.engine.Policy``: an ``HFBackend`` trainer (transformers +
+The implementation is ``populora.policy.backend.Policy``: an ``HFBackend`` trainer (transformers +
 peft; CPU float32 or CUDA bf16; it can also generate) composed with a generation engine (``hf``: the
 trainer's own decode loop; ``vllm``: vLLM multi-LoRA generation on the same GPU). The training loop, the evaluation suite and the benchmarks talk
 only to this interface.
@@ -101,6 +101,13 @@ class TokenLogprobs:
     logprobs: torch.Tensor  # [B, T] float32
     mask: torch.Tensor  # [B, T] bool
     entropy: torch.Tensor | None = None
+
+
+class UnknownAdapter(KeyError):
+    """A request or call names an adapter that is not registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class PolicyBackend(ABC):

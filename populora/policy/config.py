@@ -6,48 +6,30 @@ Plain dataclasses usable directly (``PolicyConfig(model="tiny")``) or as omegaco
 the key (``policy.<field>``) and the value in ``PolicyConfigError``. ``PolicyConfig.from_mapping``
 accepts a plain dict or an omegaconf node and names unknown keys.
 
+Its keys are the common ones (``PolicyConfigBase``: engine, model, device, ..., ``lora``) and one
+section per generation engine with settings of its own, ``policy.<name>:``: that engine's ``Config``
+dataclass, declared in its module (``vllm_engine.py: VLLMConfig`` is ``policy.vllm.*``). The type is
+built from the engine registry when this module is imported (``_policy_config_type``), so adding an
+engine module adds its section; its own cross-key checks run as ``<engine class>.check_config``.
+
 Optimizer settings are not here: they are RL hyper-parameters (``rl.lr``, ``rl.betas``, ...,
 ``populora.rl.config.RLConfig``); a backend receives them as ``torch.optim.AdamW`` keyword arguments.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any
 
 from populora.policy.adapters import ALL_LINEAR
+from populora.policy.engine import engine_class, engine_names, engines
+from populora.policy.validation import PolicyConfigError, is_int, need
+
+__all__ = ["DTYPES", "LoraSpec", "PolicyConfig", "PolicyConfigBase", "PolicyConfigError", "engine_sections"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-
-def known_engines() -> list[str]:
-    """The generation engines: one module ``populora/policy/<name>_engine.py`` each (see engine.py)."""
-    return sorted(p.name[: -len("_engine.py")] for p in Path(__file__).parent.glob("*_engine.py"))
-
-
-def _engine_check(config: PolicyConfig) -> None:
-    """The engine module's own checks of the config (``check_config``), if it has any."""
-    module = importlib.import_module(f"populora.policy.{config.engine}_engine")
-    check = getattr(module, "check_config", None)
-    if check is not None:
-        check(config)
-
-
-class PolicyConfigError(ValueError):
-    """A policy/backend setting is invalid; the message names the key and value."""
-
-
-def _need(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise PolicyConfigError(f"{key} {msg}")
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -66,56 +48,23 @@ class LoraSpec:
 
     def __post_init__(self) -> None:
         self.target_modules = list(self.target_modules)
-        _need(_int(self.rank) and self.rank >= 1, "policy.lora.rank", f"must be an integer >= 1, got {self.rank!r}")
-        _need(math.isfinite(self.alpha) and self.alpha > 0, "policy.lora.alpha", f"must be > 0, got {self.alpha!r}")
-        _need(self.init in ("zeros", "random"), "policy.lora.init", f"must be 'zeros' or 'random', got {self.init!r}")
-        _need(bool(self.target_modules), "policy.lora.target_modules", "is empty: name at least one module")
-        _need(math.isfinite(self.b_std) and self.b_std >= 0, "policy.lora.b_std", f"must be >= 0, got {self.b_std!r}")
+        need(is_int(self.rank) and self.rank >= 1, "policy.lora.rank", f"must be an integer >= 1, got {self.rank!r}")
+        need(math.isfinite(self.alpha) and self.alpha > 0, "policy.lora.alpha", f"must be > 0, got {self.alpha!r}")
+        need(self.init in ("zeros", "random"), "policy.lora.init", f"must be 'zeros' or 'random', got {self.init!r}")
+        need(bool(self.target_modules), "policy.lora.target_modules", "is empty: name at least one module")
+        need(math.isfinite(self.b_std) and self.b_std >= 0, "policy.lora.b_std", f"must be >= 0, got {self.b_std!r}")
 
 
 @dataclass
-class VLLMConfig:
-    """Settings read only by the vLLM engine (``policy.engine: vllm``); see docs/backends.md."""
+class PolicyConfigBase:
+    """The frozen base, its adapters and the engine that serves them: the keys every engine shares.
 
-    gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the trainer uses the rest
-    # prompt + completion tokens of one sequence; 0 = policy.max_prompt_tokens + the run's longest
-    # max_new_tokens (what the KV cache must hold for one sequence, and no more)
-    max_model_len: int = 0
-    max_loras: int = 0  # LoRA slots on the GPU; 0 = number of adapters at the first generate
-    max_cpu_loras: int = 0  # LoRA cache in host memory; 0 = 2 x max_loras
-    sleep_between_phases: bool = False  # offload the engine (sleep level 1) while the trainer runs
-    adapter_dir: str = ""  # where adapter versions are written; "" = a fresh directory under $TMPDIR
-    enforce_eager: bool = False  # no CUDA graphs (slower decoding, less memory, faster start)
-    # one seed per request: reproducible rollouts for a given batch, but vLLM's slower per-request
-    # sampling path; off (ours): vLLM is not batch-invariant, so seeds do not make runs repeat on GPU
-    seeded_sampling: bool = False
-    # vLLM's CPU platform only: the KV cache in host RAM, in GiB (vLLM's kv_cache_memory_bytes). Ours:
-    # 1 GiB holds ~23k tokens of SmolLM2-135M, plenty for CPU runs; vLLM's own default there is a share
-    # of host RAM (0.45 gave 7.3 GiB for the tiny model), which two ranks on a small machine cannot spare.
-    cpu_kv_cache_gib: float = 1.0
-    # vLLM's load_format: "auto" reads the model's weights; "dummy" gives random weights at the model's
-    # shapes (populora doctor measures the engine that way, with no download)
-    load_format: str = "auto"
+    ``PolicyConfig`` is this class plus one section per engine that has settings of its own
+    (``policy.<name>:``, the engine's ``Config``; see ``engine_sections``).
 
-    def __post_init__(self) -> None:
-        u = self.gpu_memory_utilization
-        _need(math.isfinite(u) and 0 < u < 1, "policy.vllm.gpu_memory_utilization", f"must be in (0, 1), got {u!r}")
-        _need(self.max_model_len >= 0, "policy.vllm.max_model_len", f"must be >= 0 (0 = automatic), got {self.max_model_len}")
-        _need(self.max_loras >= 0, "policy.vllm.max_loras", f"must be >= 0 (0 = automatic), got {self.max_loras}")
-        _need(self.max_cpu_loras >= 0, "policy.vllm.max_cpu_loras", f"must be >= 0 (0 = automatic), got {self.max_cpu_loras}")
-        _need(self.load_format in ("auto", "dummy"), "policy.vllm.load_format",
-              f"must be auto or dummy, got {self.load_format!r}")
-        g = self.cpu_kv_cache_gib
-        _need(isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g) and g > 0,
-              "policy.vllm.cpu_kv_cache_gib", f"must be > 0 (GiB of host RAM), got {g!r}")
-
-
-@dataclass
-class PolicyConfig:
-    """The frozen base, its adapters and the engines that serve them.
-
-    ``engine``: ``hf`` (transformers + peft: generation and training, CPU or GPU) or ``vllm`` (vLLM
-    multi-LoRA generation + an HF trainer on the same GPU).
+    ``engine``: the generation engine, one of the modules ``populora/policy/<name>_engine.py``
+    (``hf``: transformers + peft, generation and training, CPU or GPU; ``vllm``: vLLM multi-LoRA
+    generation + an HF trainer on the same GPU; docs/backends.md has the table).
     ``model``: ``tiny``, ``smollm2-135m``, a local directory or a Hugging Face id.
     ``device``/``dtype``: ``auto`` = CUDA bf16 if a GPU is present, else CPU float32.
     ``max_batch_size``: rows (prompts x n) decoded together by the HF engine.
@@ -156,27 +105,28 @@ class PolicyConfig:
     logits_chunk: int = 512
     cpu_threads: int = 1
     lora: LoraSpec = field(default_factory=LoraSpec)
-    vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
     def __post_init__(self) -> None:
-        _need(self.engine in known_engines(), "policy.engine", f"must be one of {known_engines()}, got {self.engine!r}")
-        _need(bool(self.model), "policy.model", "is empty: name a base model (tiny, smollm2-135m, a path or an HF id)")
-        _need(self.dtype in DTYPES, "policy.dtype", f"must be one of {list(DTYPES)}, got {self.dtype!r}")
-        _need(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
-              "policy.device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        _need(self.max_batch_size >= 1, "policy.max_batch_size", f"must be >= 1, got {self.max_batch_size}")
-        _need(self.max_prompt_tokens >= 1, "policy.max_prompt_tokens", f"must be >= 1, got {self.max_prompt_tokens}")
-        _need(self.train_micro_batch >= 1, "policy.train_micro_batch", f"must be >= 1, got {self.train_micro_batch}")
-        _need(self.adapter_dtype in DTYPES, "policy.adapter_dtype",
-              f"must be one of {list(DTYPES)}, got {self.adapter_dtype!r}")
-        _need(_int(self.logits_chunk) and self.logits_chunk >= 1, "policy.logits_chunk",
-              f"must be an integer >= 1, got {self.logits_chunk!r}")
-        _need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = this rank's share of its cores), got {self.cpu_threads}")
+        known = engine_names()
+        need(self.engine in known, "policy.engine", f"must be one of {known}, got {self.engine!r}")
+        need(bool(self.model), "policy.model", "is empty: name a base model (tiny, smollm2-135m, a path or an HF id)")
+        need(self.dtype in DTYPES, "policy.dtype", f"must be one of {list(DTYPES)}, got {self.dtype!r}")
+        need(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+             "policy.device", f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        need(self.max_batch_size >= 1, "policy.max_batch_size", f"must be >= 1, got {self.max_batch_size}")
+        need(self.max_prompt_tokens >= 1, "policy.max_prompt_tokens", f"must be >= 1, got {self.max_prompt_tokens}")
+        need(self.train_micro_batch >= 1, "policy.train_micro_batch", f"must be >= 1, got {self.train_micro_batch}")
+        need(self.adapter_dtype in DTYPES, "policy.adapter_dtype",
+             f"must be one of {list(DTYPES)}, got {self.adapter_dtype!r}")
+        need(is_int(self.logits_chunk) and self.logits_chunk >= 1, "policy.logits_chunk",
+             f"must be an integer >= 1, got {self.logits_chunk!r}")
+        need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = this rank's share of its cores), got {self.cpu_threads}")
         if isinstance(self.lora, Mapping):
             self.lora = LoraSpec(**self.lora)
-        if isinstance(self.vllm, Mapping):
-            self.vllm = VLLMConfig(**self.vllm)
-        _engine_check(self)
+        for name, section in engine_sections().items():
+            if isinstance(getattr(self, name), Mapping):
+                setattr(self, name, section(**getattr(self, name)))
+        engine_class(self.engine).check_config(self)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | PolicyConfig) -> PolicyConfig:
@@ -188,7 +138,8 @@ class PolicyConfig:
 
             data = OmegaConf.to_container(data, resolve=True)
         data = dict(data)
-        for key, sub in (("", cls), ("lora", LoraSpec), ("vllm", VLLMConfig)):
+        sections = {"lora": LoraSpec, **engine_sections()}
+        for key, sub in (("", PolicyConfig), *sections.items()):
             section = data if not key else data.get(key)
             if not isinstance(section, Mapping):
                 continue
@@ -197,10 +148,10 @@ class PolicyConfig:
             if unknown:
                 where = "policy" + (f".{key}" if key else "")
                 raise PolicyConfigError(f"{where}: unknown key(s) {unknown}; known keys: {sorted(known)}")
-        for key, sub in (("lora", LoraSpec), ("vllm", VLLMConfig)):
+        for key, sub in sections.items():
             if isinstance(data.get(key), Mapping):
                 data[key] = sub(**data[key])
-        return cls(**data)
+        return PolicyConfig(**data)
 
     def replace(self, **changes: Any) -> PolicyConfig:
         """A copy with top-level fields changed (validated again)."""
@@ -208,3 +159,28 @@ class PolicyConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def engine_sections() -> dict[str, type]:
+    """``{engine name: its Config}`` for every engine with settings of its own, in name order: the
+    ``policy.<name>:`` sections of ``PolicyConfig``."""
+    return {name: cls.Config for name, cls in engines().items() if cls.Config is not None}
+
+
+def _policy_config_type() -> type:
+    """``PolicyConfig``: ``PolicyConfigBase`` + one field ``<name>: <engine>.Config`` per engine
+    section, built when this module is imported (engine modules must not import this module at
+    module level: they are imported from here). Named and placed as a class written here, so
+    instances pickle and omegaconf reads it as a structured config."""
+    common = {f.name for f in fields(PolicyConfigBase)}
+    sections = engine_sections()
+    for name in sections:
+        if name in common:
+            raise ValueError(f"engine {name!r}: its section policy.{name} would hide the key policy.{name}")
+    cls = make_dataclass("PolicyConfig", [(name, sub, field(default_factory=sub)) for name, sub in sections.items()],
+                         bases=(PolicyConfigBase,), namespace={"__doc__": PolicyConfigBase.__doc__})
+    cls.__module__, cls.__qualname__ = __name__, "PolicyConfig"
+    return cls
+
+
+PolicyConfig = _policy_config_type()

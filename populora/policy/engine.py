@@ -1,39 +1,42 @@
-"""Generation engines, and the policy a rank runs: one trainer + one engine.
+"""Generation engines: the interface, the registry, and what a rank tells its engine.
 
 A *generation engine* serves completions for many named adapters at once. It knows three things:
 ``publish(name, weights)`` (from now on, ``name`` means these weights), ``retire(name)`` and
-``generate(requests, sampling)``. Engines are registered by name (``ENGINES``; ``policy.engine``
-picks one): ``hf`` generates with the trainer's own peft model (``hf_engine.py``), ``vllm`` with a
-vLLM multi-LoRA engine on the same GPU (``vllm_engine.py``). Adding an engine is one module with a
-``@register_engine("name")`` class, plus docs.
+``generate(requests, sampling)``. Engines are registered by name (``policy.engine`` picks one):
+``hf`` generates with the trainer's own peft model (``hf_engine.py``), ``vllm`` with a vLLM
+multi-LoRA engine on the same GPU (``vllm_engine.py``).
 
-``Policy`` composes the trainer (``HFBackend``: adapters, log-probabilities, optimizers; the source of
-truth for weights) with an engine, and is the ``PolicyBackend`` the loop and the evaluation talk to:
-every change of an adapter's weights marks it for publishing, and the engine receives the changed
-adapters right before its next ``generate``; an engine that can free its GPU memory is put to sleep
-before the trainer's first forward of a phase. Requests whose prompt is longer than
-``policy.max_prompt_tokens`` are refused one by one (``GenerationResult.refused``), never failing
-the batch.
+Adding an engine is ONE module, ``populora/policy/<name>_engine.py``, with a
+``@register_engine("<name>")`` subclass of :class:`GenerationEngine`, plus its row in
+docs/backends.md. The registry imports every such module (``engines()``), and everything else asks
+the class: ``policy.engine`` validation and the ``policy.<name>:`` section of the run config
+(``config.py``), ``populora eval --backend``, the memory plan's engine item and fixes
+(``populora/plan``), evaluation's chunk size, the doctor's verdict. An engine module must not import
+``populora.policy.config`` at module level (``config.py`` imports the engine modules to build
+``PolicyConfig``): annotations go under ``TYPE_CHECKING``, errors use ``validation.py``. This module
+itself does not import it at all (it is below ``config.py``): the ``policy`` its class methods receive
+is the run's ``PolicyConfig``.
+
+The policy a rank runs, one trainer + one engine, is ``backend.Policy``.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from pathlib import Path
+from typing import Any, ClassVar
 
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import (
     GenerationRequest,
     GenerationResult,
-    PolicyBackend,
     SamplingParams,
-    TokenLogprobs,
 )
-from populora.policy.config import PolicyConfig
+from populora.policy.engine_memory import EngineMemory, Knob
 
 PROMPT_TOO_LONG = "prompt_too_long"
 
@@ -74,11 +77,37 @@ def engine_seed(run_seed: int, rank: int) -> int:
 class GenerationEngine(ABC):
     """Serves completions for named adapters; see the module docstring.
 
-    ``shares_trainer_weights``: the engine generates with the trainer's live weights (the HF engine),
-    so publishing needs no copy of them.
+    An engine class declares, beside ``publish``/``retire``/``generate`` (the only required part;
+    every other attribute has the default named):
+
+    - ``name``: set by ``@register_engine("<name>")``, the value of ``policy.engine``;
+    - ``summary``: one line for ``populora eval --help`` and docs/backends.md's table of engines
+      (default: empty);
+    - ``Config``: the dataclass of its own settings, which becomes the ``policy.<name>:`` section of
+      the run config (keys ``policy.<name>.<field>``; its ``__post_init__`` raises
+      ``validation.PolicyConfigError`` naming the key); default ``None``: no section;
+    - ``check_config(policy)``: checks of the whole ``PolicyConfig`` with this engine, when it loads
+      (default: none); ``check_available()``: raises ``ImportError`` naming what to install when a
+      package the engine needs is missing, called before any weights load (default: nothing needed);
+    - ``shares_trainer_weights``: it generates with the trainer's live weights, so publishing needs
+      no copy of them (default ``False``);
+    - ``assumes_gpu``: the memory plan resolves ``policy.device: auto`` to CUDA even on a machine
+      without one (default ``False``: CUDA when torch sees a GPU, else CPU);
+    - ``cuda_processes``: processes of its own holding a CUDA context beside the trainer's, as the
+      memory plan counts them (default 0: it runs in the trainer's process);
+    - ``eval_chunk_size(policy)``: requests per ``generate`` call in ``populora eval`` without
+      ``--chunk-size`` (default ``policy.max_batch_size``: an interrupted evaluation loses at most one
+      batch; 0 = every pending request of a benchmark at once);
+    - ``plan_memory(inputs, gpu_gib)`` and ``plan_knobs(inputs)``: its part of the memory plan
+      (``engine_memory.py``; default: no memory of its own, "not modelled" in the table, no knobs).
     """
 
-    shares_trainer_weights: bool = False
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    Config: ClassVar[type | None] = None
+    shares_trainer_weights: ClassVar[bool] = False
+    assumes_gpu: ClassVar[bool] = False
+    cuda_processes: ClassVar[int] = 0
 
     @abstractmethod
     def publish(self, name: str, weights: AdapterWeights) -> None:
@@ -98,146 +127,84 @@ class GenerationEngine(ABC):
     def close(self) -> None:  # noqa: B027 - optional
         """Release the engine."""
 
+    # -- what the rest of the code asks the class (defaults in the class docstring) ---------------
+    @classmethod  # noqa: B027 - optional
+    def check_config(cls, policy: Any) -> None:
+        """Checks of the whole policy section with this engine; raise ``PolicyConfigError``."""
 
-ENGINES: dict[str, Callable[..., GenerationEngine]] = {}
+    @classmethod  # noqa: B027 - optional
+    def check_available(cls) -> None:
+        """Raise ``ImportError`` naming what to install if a package the engine needs is missing."""
+
+    @classmethod
+    def eval_chunk_size(cls, policy: Any) -> int:
+        """Requests per ``generate`` call in ``populora eval`` (0 = all pending of a benchmark)."""
+        return policy.max_batch_size
+
+    @classmethod
+    def plan_memory(cls, inputs, gpu_gib: float) -> EngineMemory:
+        """The engine's part of the memory plan of ``inputs`` (a ``PlanInputs``) on ``gpu_gib`` GiB."""
+        return EngineMemory()
+
+    @classmethod
+    def plan_knobs(cls, inputs) -> list[Knob]:
+        """Settings of its own that the plan's fix search may turn, switches first."""
+        return []
+
+
+ENGINES: dict[str, type[GenerationEngine]] = {}
+MODULE_SUFFIX = "_engine"  # populora/policy/<name>_engine.py
 
 
 def register_engine(name: str):
     """Class decorator: ``@register_engine("vllm")`` makes ``policy.engine: vllm`` build that class
     as ``cls(config, trainer, max_new_tokens=..., context=...)``: the longest completion it will be
-    asked for (or None when unknown) and its ``EngineContext``."""
+    asked for (or None when unknown) and its ``EngineContext``. Sets ``cls.name``."""
 
     def deco(cls):
-        if name in ENGINES:
+        if name in ENGINES and ENGINES[name] is not cls:
             raise ValueError(f"engine {name!r} is registered twice")
+        cls.name = name
         ENGINES[name] = cls
         return cls
 
     return deco
 
 
-def engine_class(name: str):
-    """The engine class for ``policy.engine`` (its module is imported on first use)."""
-    import importlib
-
-    if name not in ENGINES:
-        try:
-            importlib.import_module(f"populora.policy.{name}_engine")
-        except ModuleNotFoundError as e:
-            if e.name != f"populora.policy.{name}_engine":
-                raise
-    if name not in ENGINES:
-        raise ValueError(f"policy.engine: unknown engine {name!r}; known: {sorted(ENGINES)}")
-    return ENGINES[name]
+@functools.cache
+def engine_modules() -> tuple[str, ...]:
+    """Names of the engine modules, ``populora/policy/<name>_engine.py``, read from the directory once
+    per process (``PolicyConfig`` gets its engine sections from them when it is built)."""
+    return tuple(sorted(p.stem[: -len(MODULE_SUFFIX)] for p in Path(__file__).parent.glob(f"*{MODULE_SUFFIX}.py")))
 
 
-class Policy(PolicyBackend):
-    """One trainer + one generation engine (see the module docstring)."""
-
-    def __init__(self, config: PolicyConfig, trainer, engine: GenerationEngine) -> None:
-        self.config, self.trainer, self.engine = config, trainer, engine
-        self.tokenizer = trainer.tokenizer
-        self._dirty: set[str] = set(trainer.adapter_names())
-
-    # -- adapters: the trainer holds the truth; the engine is told before it generates ---------
-    def module_shapes(self) -> dict[str, tuple[int, int]]:
-        return self.trainer.module_shapes()
-
-    def adapter_names(self) -> list[str]:
-        return self.trainer.adapter_names()
-
-    def new_adapter_weights(self, seed: int | None = None) -> AdapterWeights:
-        return self.trainer.new_adapter_weights(seed)
-
-    def add_adapter(self, name: str, weights: AdapterWeights | None = None) -> None:
-        self.trainer.add_adapter(name, weights)
-        self._dirty.add(name)
-
-    def remove_adapter(self, name: str) -> None:
-        self.trainer.remove_adapter(name)
-        self._dirty.discard(name)
-        self.engine.retire(name)
-
-    def get_weights(self, name: str) -> AdapterWeights:
-        return self.trainer.get_weights(name)
-
-    def set_weights(self, name: str, weights: AdapterWeights) -> None:
-        self.trainer.set_weights(name, weights)
-        self._dirty.add(name)
-
-    def publish_pending(self) -> None:
-        if not self.engine.shares_trainer_weights:
-            for name in sorted(self._dirty):
-                self.engine.publish(name, self.trainer.get_weights(name))
-        self._dirty.clear()
-
-    # -- generation ---------------------------------------------------------------------------
-    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
-        from populora.policy.hf import UnknownAdapter
-
-        known = set(self.trainer.adapter_names())
-        for r in requests:
-            if r.adapter is not None and r.adapter not in known:
-                raise UnknownAdapter(f"unknown adapter {r.adapter!r}; registered: {sorted(known)}")
-        results: list[GenerationResult | None] = [None] * len(requests)
-        accepted = []
-        for i, r in enumerate(requests):
-            ids = self.trainer.encode(r.prompt)
-            if len(ids) > self.config.max_prompt_tokens:
-                results[i] = GenerationResult(ids, [], refused=f"{PROMPT_TOO_LONG}:{len(ids)}")
-            else:
-                accepted.append(i)
-        if accepted:
-            self.publish_pending()
-            served = self.engine.generate([_indexed(requests[i], i) for i in accepted], sampling)
-            for i, res in zip(accepted, served):
-                results[i] = res
-        return [r for r in results if r is not None]
-
-    # -- training: the trainer ------------------------------------------------------------------
-    def completion_logprobs(self, adapter, prompt_ids, completion_ids, *, with_grad=True,
-                            with_entropy=False) -> TokenLogprobs:
-        self.engine.sleep()
-        return self.trainer.completion_logprobs(adapter, prompt_ids, completion_ids, with_grad=with_grad,
-                                                with_entropy=with_entropy)
-
-    def trainable_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
-        return self.trainer.trainable_parameters(adapter)
-
-    def optimizer_step(self, adapter: str, loss: torch.Tensor | None, *, max_grad_norm: float | None = None) -> float:
-        norm = self.trainer.optimizer_step(adapter, loss, max_grad_norm=max_grad_norm)
-        self._dirty.add(adapter)
-        return norm
-
-    def discard_gradients(self, adapter: str) -> None:
-        self.trainer.discard_gradients(adapter)
-
-    def optimizer_state(self, adapter: str) -> dict:
-        return self.trainer.optimizer_state(adapter)
-
-    def load_optimizer_state(self, adapter: str, state: dict) -> None:
-        self.trainer.load_optimizer_state(adapter, state)
-
-    def reset_optimizer(self, adapter: str) -> None:
-        self.trainer.reset_optimizer(adapter)
-
-    def set_learning_rate(self, adapter: str, lr: float) -> None:
-        self.trainer.set_learning_rate(adapter, lr)
-
-    def __getattr__(self, name: str) -> Any:
-        # trainer attributes the tests and benchmarks read (``base``, ``device``, ``eos_ids``, ...)
-        if name in ("trainer", "engine", "config"):
-            raise AttributeError(name)
-        return getattr(self.trainer, name)
-
-    def close(self) -> None:
-        self.engine.close()
-        self.trainer.close()
+def engines() -> dict[str, type[GenerationEngine]]:
+    """Every engine by name: each engine module imported once (a module that registers no engine of
+    its own name is an error naming it)."""
+    for name in engine_modules():
+        if name not in ENGINES:
+            try:
+                importlib.import_module(f"populora.policy.{name}{MODULE_SUFFIX}")
+            except ImportError as e:
+                if e.name != "populora.policy.config":
+                    raise
+                raise ImportError(f"populora/policy/{name}{MODULE_SUFFIX}.py imports populora.policy.config at module "
+                                  "level, which imports the engine modules: import it under TYPE_CHECKING or inside "
+                                  f"a function ({e})") from e
+            if name not in ENGINES:
+                raise ValueError(f"populora/policy/{name}{MODULE_SUFFIX}.py registers no engine {name!r}: "
+                                 f"decorate its engine class with @register_engine({name!r})")
+    return dict(sorted(ENGINES.items()))
 
 
-def _indexed(request: GenerationRequest, position: int) -> GenerationRequest:
-    """The request with its seeding index fixed to its position in the caller's call (so refusing
-    another request does not change its samples)."""
-    if request.index is not None:
-        return request
-    return GenerationRequest(request.prompt, request.adapter, position)
+def engine_names() -> list[str]:
+    """The values ``policy.engine`` accepts."""
+    return list(engines())
+
+
+def engine_class(name: str) -> type[GenerationEngine]:
+    """The engine class for ``policy.engine``."""
+    known = engines()
+    if name not in known:
+        raise ValueError(f"policy.engine: unknown engine {name!r}; known: {sorted(known)}")
+    return known[name]

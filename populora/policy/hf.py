@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import torch
 
-from populora.distributed.env import cpu_share
+from populora.cpus import cpu_share
 from populora.policy.adapters import AdapterMismatchError, AdapterWeights, check_uniform_rank
 from populora.policy.base import (
     GenerationRequest,
@@ -34,19 +34,13 @@ from populora.policy.base import (
     PolicyBackend,
     SamplingParams,
     TokenLogprobs,
+    UnknownAdapter,
 )
 from populora.policy.chunked_logprobs import token_logprobs
 from populora.policy.config import PolicyConfig
 from populora.policy.decode import Row, decode_rows, to_completion
 
 BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
-
-
-class UnknownAdapter(KeyError):
-    """A request or call names an adapter that is not registered."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class HFBackend(PolicyBackend):

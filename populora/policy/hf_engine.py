@@ -3,20 +3,28 @@
 The trainer's adapters ARE the weights it generates with, so publishing copies nothing
 (``shares_trainer_weights``); a mixed-adapter batch runs in one decode loop (see ``decode.py``).
 Works on CPU and GPU; on a GPU, vLLM (``vllm_engine.py``) is much faster at long generations.
+
+Memory plan: the KV cache of one decode micro-batch (``policy.max_batch_size`` rows) at full length
+plus its prefill working set, during generation only (nothing stays while the trainer runs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import GenerationRequest, GenerationResult, SamplingParams
-from populora.policy.config import PolicyConfig
 from populora.policy.engine import EngineContext, GenerationEngine, register_engine
+from populora.policy.engine_memory import EngineMemory
+
+if TYPE_CHECKING:  # config.py imports this module
+    from populora.policy.config import PolicyConfig
 
 
 @register_engine("hf")
 class HFEngine(GenerationEngine):
+    summary = "transformers + peft: the trainer's own decode loop with mixed-adapter batches, CPU or GPU"
     shares_trainer_weights = True
 
     def __init__(self, config: PolicyConfig, trainer, max_new_tokens: int | None = None,
@@ -31,3 +39,15 @@ class HFEngine(GenerationEngine):
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
         return self.trainer.generate(requests, sampling)
+
+    @classmethod
+    def plan_memory(cls, inputs, gpu_gib: float) -> EngineMemory:
+        """KV cache of one decode micro-batch at full length + its prefill working set: the MLP's
+        intermediate and the hidden states of every prompt token, and three float32 rows of logits."""
+        p, rows, s = inputs, inputs.policy.max_batch_size, inputs.shape
+        tokens = p.prompt_tokens + p.new_tokens
+        kv = rows * (p.prompt_tokens + p.new_tokens) * p.kv_bytes_per_token
+        prefill = rows * p.prompt_tokens * (2 * s.intermediate + 4 * s.hidden) * p.d + rows * s.vocab * 4 * 3
+        return EngineMemory(
+            awake=kv + prefill, training=0.0, details={"kv_cache_tokens": rows * tokens},
+            what=f"HF decode of {rows} rows x {tokens} tokens: KV cache + prefill (generation phase only)")

@@ -21,7 +21,7 @@ Platforms: the engine follows the platform the installed vLLM reports (``current
   is the base's exactly (the LoRA term adds zeros).
 
 Publishing: vLLM caches adapters by integer id and by name, so every new version of an adapter gets a
-new directory, name and id (``lora_registry.py``), written in the engine's dtype (bf16 on CUDA: half
+new directory, name and id (``vllm_adapters.py``), written in the engine's dtype (bf16 on CUDA: half
 the bytes of the trainer's fp32 master weights, and what vLLM computes in anyway).
 
 Failures: an engine that does not start, whose process died, or whose ``generate`` raised is an
@@ -48,6 +48,9 @@ rollouts for a given batch) at the price of vLLM's per-request sampling path, wh
 batched sampler; off by default (vLLM's rollouts are not batch-invariant anyway, so a seed does not
 make a resumed or re-sharded run repeat itself on GPU).
 
+Settings: ``VLLMConfig``, the ``policy.vllm:`` section of the run config (``VLLMEngine.Config``).
+Memory plan: ``vllm_memory.py``.
+
 vLLM is imported only when the engine is built, so this module imports without it.
 """
 
@@ -55,21 +58,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from populora.policy.adapters import AdapterWeights
 from populora.policy.base import Completion, GenerationRequest, GenerationResult, SamplingParams
-from populora.policy.config import PolicyConfig
 from populora.policy.engine import EngineContext, EngineFailure, GenerationEngine, register_engine
+from populora.policy.engine_memory import EngineMemory, Knob
 from populora.policy.engine_watch import SHUTDOWN_SECONDS, EngineWatch, first_line
-from populora.policy.lora_registry import LoraRegistry, PublishedAdapter, sampling_seeds
+from populora.policy.validation import PolicyConfigError, need
+from populora.policy.vllm_adapters import LoraRegistry, PublishedAdapter, sampling_seeds
+from populora.policy.vllm_memory import KNOBS as MEMORY_KNOBS
+from populora.policy.vllm_memory import vllm_memory
 from populora.signals import children_immune
+
+if TYPE_CHECKING:  # config.py imports this module
+    from populora.policy.config import PolicyConfig
 
 INSTALL_HINT = "pip install 'populora[vllm]' on a CUDA machine, or `make setup-vllm` for vLLM's CPU build"
 DEFAULT_NEW_TOKENS = 4096  # for max_model_len when nothing says how long completions may be
@@ -79,6 +91,44 @@ BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on
 # (platforms/cpu.py: LOCAL_WORLD_SIZE = its tensor-parallel size, LD_PRELOAD = its allocator and
 # OpenMP): put back once the engine has started, so the launcher's values stay the rank's
 RESTORED_VARIABLES = ("LOCAL_WORLD_SIZE", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LD_PRELOAD")
+
+
+@dataclass
+class VLLMConfig:
+    """Settings read only by the vLLM engine (``policy.engine: vllm``): the ``policy.vllm:`` section;
+    see docs/backends.md."""
+
+    gpu_memory_utilization: float = 0.45  # vLLM's share of the GPU; the trainer uses the rest
+    # prompt + completion tokens of one sequence; 0 = policy.max_prompt_tokens + the run's longest
+    # max_new_tokens (what the KV cache must hold for one sequence, and no more)
+    max_model_len: int = 0
+    max_loras: int = 0  # LoRA slots on the GPU; 0 = number of adapters at the first generate
+    max_cpu_loras: int = 0  # LoRA cache in host memory; 0 = 2 x max_loras
+    sleep_between_phases: bool = False  # offload the engine (sleep level 1) while the trainer runs
+    adapter_dir: str = ""  # where adapter versions are written; "" = a fresh directory under $TMPDIR
+    enforce_eager: bool = False  # no CUDA graphs (slower decoding, less memory, faster start)
+    # one seed per request: reproducible rollouts for a given batch, but vLLM's slower per-request
+    # sampling path; off (ours): vLLM is not batch-invariant, so seeds do not make runs repeat on GPU
+    seeded_sampling: bool = False
+    # vLLM's CPU platform only: the KV cache in host RAM, in GiB (vLLM's kv_cache_memory_bytes). Ours:
+    # 1 GiB holds ~23k tokens of SmolLM2-135M, plenty for CPU runs; vLLM's own default there is a share
+    # of host RAM (0.45 gave 7.3 GiB for the tiny model), which two ranks on a small machine cannot spare.
+    cpu_kv_cache_gib: float = 1.0
+    # vLLM's load_format: "auto" reads the model's weights; "dummy" gives random weights at the model's
+    # shapes (populora doctor measures the engine that way, with no download)
+    load_format: str = "auto"
+
+    def __post_init__(self) -> None:
+        u = self.gpu_memory_utilization
+        need(math.isfinite(u) and 0 < u < 1, "policy.vllm.gpu_memory_utilization", f"must be in (0, 1), got {u!r}")
+        need(self.max_model_len >= 0, "policy.vllm.max_model_len", f"must be >= 0 (0 = automatic), got {self.max_model_len}")
+        need(self.max_loras >= 0, "policy.vllm.max_loras", f"must be >= 0 (0 = automatic), got {self.max_loras}")
+        need(self.max_cpu_loras >= 0, "policy.vllm.max_cpu_loras", f"must be >= 0 (0 = automatic), got {self.max_cpu_loras}")
+        need(self.load_format in ("auto", "dummy"), "policy.vllm.load_format",
+             f"must be auto or dummy, got {self.load_format!r}")
+        g = self.cpu_kv_cache_gib
+        need(isinstance(g, (int, float)) and not isinstance(g, bool) and math.isfinite(g) and g > 0,
+             "policy.vllm.cpu_kv_cache_gib", f"must be > 0 (GiB of host RAM), got {g!r}")
 
 
 def placement_problem(free_before: int, free_after: int, total: int, utilization: float, device: str) -> str | None:
@@ -113,21 +163,6 @@ def resolved_device(config: PolicyConfig) -> str:
     if config.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return "cpu" if config.device == "cpu" else "cuda"
-
-
-def check_config(config: PolicyConfig) -> None:
-    """What the vLLM engine needs of a config, checked when the config loads (no vLLM needed): a LoRA
-    rank every supported vLLM release serves, and no sleep mode where the engine runs on CPU."""
-    from populora.policy.config import PolicyConfigError
-    from populora.policy.vllm_api import supported_lora_ranks
-
-    ranks = supported_lora_ranks()
-    if config.lora.rank not in ranks:
-        raise PolicyConfigError(f"policy.lora.rank must be one vLLM serves {ranks} with policy.engine=vllm, "
-                                f"got {config.lora.rank}")
-    if config.vllm.sleep_between_phases and resolved_device(config) == "cpu":
-        raise PolicyConfigError("policy.vllm.sleep_between_phases=true: vLLM's CPU platform has no sleep mode "
-                                f"(policy.device={config.device!r} runs on the CPU here); set it to false")
 
 
 def engine_platform() -> str:
@@ -240,6 +275,46 @@ def _engine_start(env: Mapping[str, str]) -> Iterator[None]:
 class VLLMEngine(GenerationEngine):
     """vLLM multi-LoRA generation; see the module docstring."""
 
+    summary = ("vLLM multi-LoRA generation beside the HF trainer, every member in one generate call, "
+               "on CUDA or vLLM's CPU build")
+    Config = VLLMConfig
+    assumes_gpu = True  # a GPU engine: `populora plan` plans policy.device=auto on CUDA (its CPU build is for tests)
+    cuda_processes = 1  # vLLM's engine process (EngineCore), beside the trainer's
+
+    @classmethod
+    def check_config(cls, config: PolicyConfig) -> None:
+        """What the vLLM engine needs of a config, checked when the config loads (no vLLM needed): a LoRA
+        rank every supported vLLM release serves, and no sleep mode where the engine runs on CPU."""
+        from populora.policy.vllm_api import supported_lora_ranks
+
+        ranks = supported_lora_ranks()
+        if config.lora.rank not in ranks:
+            raise PolicyConfigError(f"policy.lora.rank must be one vLLM serves {ranks} with policy.engine=vllm, "
+                                    f"got {config.lora.rank}")
+        if config.vllm.sleep_between_phases and resolved_device(config) == "cpu":
+            raise PolicyConfigError("policy.vllm.sleep_between_phases=true: vLLM's CPU platform has no sleep mode "
+                                    f"(policy.device={config.device!r} runs on the CPU here); set it to false")
+
+    @classmethod
+    def check_available(cls) -> None:
+        _import_vllm()
+
+    @classmethod
+    def eval_chunk_size(cls, policy: PolicyConfig) -> int:
+        """0: every pending request of a benchmark at once, so that no call waits for the slowest
+        sequence of a small chunk (vLLM schedules the batch itself)."""
+        return 0
+
+    @classmethod
+    def plan_memory(cls, inputs, gpu_gib: float) -> EngineMemory:
+        """Its share awake, the share or its sleep residue while training (``vllm_memory.py``)."""
+        return vllm_memory(inputs, gpu_gib)
+
+    @classmethod
+    def plan_knobs(cls, inputs) -> list[Knob]:
+        """Sleep mode (a switch) and the share (graded)."""
+        return list(MEMORY_KNOBS)
+
     def __init__(self, config: PolicyConfig, trainer, max_new_tokens: int | None = None,
                  context: EngineContext | None = None) -> None:
         _import_vllm()  # fail early, before anything else is loaded
@@ -256,11 +331,12 @@ class VLLMEngine(GenerationEngine):
         self.base_via_zero_adapter = self.platform == "cpu"  # the CPU base-row bug (module docstring)
         self._llm = None  # created at the first generate, when the population size is known
         self._start_failure: EngineFailure | None = None  # raised again: a second start would fail too
-        self.watch = EngineWatch(self.name)  # its processes; calls into it that notice a dead one
+        self.watch = EngineWatch(self.label)  # its processes; calls into it that notice a dead one
         self._asleep = False
 
     @property
-    def name(self) -> str:
+    def label(self) -> str:
+        """How failures name this engine."""
         return f"vllm engine ({self.platform}) of rank {self.context.rank}"
 
     @property
@@ -287,13 +363,13 @@ class VLLMEngine(GenerationEngine):
                 with _engine_start(env), self.watch.starting():
                     self._llm = vllm.LLM(**kwargs)
             except Exception as e:
-                self._start_failure = EngineFailure(f"{self.name} did not start: {type(e).__name__}: {first_line(e)}")
+                self._start_failure = EngineFailure(f"{self.label} did not start: {type(e).__name__}: {first_line(e)}")
                 raise self._start_failure from e
             if free_before is not None:
                 free_after, total = torch.cuda.mem_get_info()
                 device = f"cuda:{torch.cuda.current_device()} (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})"
                 if problem := placement_problem(free_before, free_after, total, kwargs["gpu_memory_utilization"], device):
-                    self._start_failure = EngineFailure(f"{self.name}: {problem}")
+                    self._start_failure = EngineFailure(f"{self.label}: {problem}")
                     self.close()
                     raise self._start_failure
         return self._llm

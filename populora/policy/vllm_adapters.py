@@ -1,4 +1,4 @@
-"""Naming, versioning and routing of adapters served by vLLM (pure code, no vLLM needed).
+"""The vLLM engine's adapters: naming, versioning and routing (pure code, no vLLM needed).
 
 vLLM caches a LoRA adapter by its integer id AND by its name: loading new weights under an id or a
 name it has seen before silently serves the old weights. So every time a member's weights change
