@@ -8,14 +8,14 @@ as leaderboards.
 Modules:
 
 - ``benchmarks``     the benchmark registry (``BenchmarkSpec`` per benchmark) and loaders, checksums
-- ``kinds``          the ``BenchmarkKind`` interface (prompt, stops, extraction, scorer) and its registry
+- ``families``       the ``BenchmarkFamily`` interface (prompt, stops, extraction, scorer) and its registry
 - ``settings``       ``EvalSettings``, the one settings record of an evaluation
 - ``engine``         ``make_engine``: the generation engine with every adapter (rank from the adapters)
 - ``prompts``        templates (base / chat / r1), stop strings, template-level extraction
-- ``score_code``     the EvalPlus kind: program preparation, EvalPlus scoring (subprocess)
-- ``livecodebench``  the LiveCodeBench kind: loader (safe private-test decoding), LCB extraction, scorer
+- ``evalplus``       the EvalPlus family: program preparation, EvalPlus scoring (subprocess)
+- ``livecodebench``  the LiveCodeBench family: loader (safe private-test decoding), LCB extraction, scorer
 - ``lcb_harness``    LCB's test procedure, run inside the sandbox (one process per candidate and problem)
-- ``math_answers``   the math kind: answer equivalence with ``math-verify``
+- ``math_answers``   the math family: answer equivalence with ``math-verify``
 - ``runs``           the run layout reader (which adapters a run has, its training state)
 - ``generate``       multi-adapter generation in one engine, resumable JSONL store, shards, merge
 - ``pipeline``       generation -> merge -> scoring -> per-run score files with provenance

@@ -1,7 +1,7 @@
 """The benchmark registry and loaders.
 
 Every benchmark is a ``BenchmarkSpec``: its group on the leaderboard (``code`` or ``math``), its
-kind (``evalplus``, ``livecodebench``, ``math``: the ``eval.kinds`` class that owns its prompts,
+family (``evalplus``, ``livecodebench``, ``math``: the ``eval.families`` class that owns its prompts,
 stop strings, extraction and scorer), its leaderboard columns, the file it is read from (relative
 to the benchmarks directory, or a user-given path), the sha256 of the official file where known,
 and how an item's gold answer is read. ``load_items(name)`` returns ``Item`` records in file
@@ -56,16 +56,16 @@ class Item:
 @dataclass(frozen=True)
 class BenchmarkSpec:
     name: str
-    kind: str  # leaderboard group: "code" | "math"
+    group: str  # leaderboard group: "code" | "math"
     relpath: str  # inside the benchmarks directory
     version: str  # what the leaderboard's provenance prints
     sha256: str | None  # of the stored file, from the benchmarks README; None: not checked
     max_new_tokens: int  # default generation budget
     reader: Callable[[str, int, dict], Item] | None = None  # (benchmark, line_no, row) -> Item
-    scorer: str = "math"  # the eval.kinds entry that owns prompts, stops, extraction and scoring
+    family: str = "math"  # the eval.families entry that owns prompts, stops, extraction and scoring
     columns: tuple[tuple[str, str], ...] = ()  # (metric, leaderboard column); default: (("acc", name),)
     average_metric: str = "acc"  # the metric that enters the group average
-    options: Mapping[str, Any] = field(default_factory=dict)  # kind-specific (EvalPlus dataset name)
+    options: Mapping[str, Any] = field(default_factory=dict)  # family-specific (EvalPlus dataset name)
     loader: str | None = None  # "module:function" for data that is not one JSONL file (LiveCodeBench)
 
     def column_names(self) -> tuple[tuple[str, str], ...]:
@@ -149,11 +149,11 @@ def _evalplus(bench: str, i: int, row: dict) -> Item:
 
 
 # -- the registry ---------------------------------------------------------------------------------
-_HE = dict(scorer="evalplus", columns=(("base", "HumanEval"), ("plus", "HumanEval+")), average_metric="plus",
+_HE = dict(family="evalplus", columns=(("base", "HumanEval"), ("plus", "HumanEval+")), average_metric="plus",
            options={"dataset": "humaneval"})
-_MBPP = dict(scorer="evalplus", columns=(("base", "MBPP"), ("plus", "MBPP+")), average_metric="plus",
+_MBPP = dict(family="evalplus", columns=(("base", "MBPP"), ("plus", "MBPP+")), average_metric="plus",
              options={"dataset": "mbpp"})
-_LCB = dict(scorer="livecodebench", columns=(("pass", "LiveCodeBench"),), average_metric="pass",
+_LCB = dict(family="livecodebench", columns=(("pass", "LiveCodeBench"),), average_metric="pass",
             loader="eval.livecodebench:load_livecodebench")
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     s.name: s
@@ -180,8 +180,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       "bb8c1e38a16ea9eacb77530315a674d883f267fbff79183effc53681b4fcc416", 2048, _olympiad),
     )
 }
-CODE_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.kind == "code")
-MATH_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.kind == "math")
+CODE_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.group == "code")
+MATH_BENCHMARKS = tuple(n for n, s in BENCHMARKS.items() if s.group == "math")
 
 
 def resolve_benchmarks(text: str) -> list[str]:

@@ -14,7 +14,7 @@ Requests per ``generate`` call (``chunk_size``): 0 submits every pending request
 at once (what the vLLM engine wants: it schedules them itself, and a call never waits for the
 slowest greedy sequence of a small chunk); the HF engine gets one decode batch per call, so an
 interrupted evaluation loses at most one batch. Stop strings (and, for engines that take them,
-stop token ids) come from the benchmark kind (``eval.prompts.stop_strings``).
+stop token ids) come from the benchmark family (``eval.prompts.stop_strings``).
 
 ``<root>/plan.json`` fixes adapters, benchmarks, item ids, template, token budgets, stop strings and
 shard count; every shard checks it, and ``merge`` combines the shards into ``<root>/merged/``, refusing

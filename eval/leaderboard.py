@@ -31,7 +31,7 @@ from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS
 
-GROUPS = {g: tuple(s.average_column() for s in BENCHMARKS.values() if s.kind == g) for g in ("code", "math")}
+GROUPS = {g: tuple(s.average_column() for s in BENCHMARKS.values() if s.group == g) for g in ("code", "math")}
 ALL_COLUMNS = tuple(col for s in BENCHMARKS.values() for _, col in s.column_names())
 AVERAGES = ("code avg", "math avg", "overall")
 AVERAGE_RULE = (f"code avg = mean of {', '.join(GROUPS['code'])}, shown only when all {len(GROUPS['code'])} are "

@@ -38,7 +38,7 @@ from datetime import datetime
 from pathlib import Path
 
 from eval.benchmarks import ENV_DIR, BenchmarkDataError, Item, benchmarks_dir, sha256_file
-from eval.kinds import BenchmarkKind, Verdict
+from eval.families import BenchmarkFamily, ScoredAnswer
 
 # release_v5 default window: the one AZR and QwQ report as "LiveCodeBench v5" (2024-08-01 .. 2025-02-01).
 DEFAULT_RELEASE = "release_v5"
@@ -219,7 +219,7 @@ def harness_program(code: str, item: Item, timeout_s: int):
 
 
 def judge(item: Item, outcome) -> LCBResult:
-    """Verdict from the harness's outcome: pass only when every test returned 1 (LCB: all > 0)."""
+    """ScoredAnswer from the harness's outcome: pass only when every test returned 1 (LCB: all > 0)."""
     if not outcome.ok:  # the sandbox's own limits: LCB's global timeout or a dead worker, all tests failed
         return LCBResult(False, outcome.reason or outcome.status, 0)
     import ast
@@ -256,8 +256,8 @@ def score_livecodebench(candidates: Sequence[tuple[Item, str]], *, timeout_s: in
     return results
 
 
-# -- the benchmark kind ----------------------------------------------------------------------------
-class LiveCodeBenchKind(BenchmarkKind):
+# -- the benchmark family ----------------------------------------------------------------------------
+class LiveCodeBenchFamily(BenchmarkFamily):
     """Prompts (LCB's generic question template), stops, LCB extraction and the LCB scorer."""
 
     name = "livecodebench"
@@ -308,7 +308,7 @@ class LiveCodeBenchKind(BenchmarkKind):
         res = score_livecodebench([(it, answers[who][it.item_id]) for who, it in pairs], timeout_s=settings.lcb_timeout_s)
         out: dict = {who: {} for who in answers}
         for (who, it), r in zip(pairs, res):
-            out[who][it.item_id] = Verdict({"pass": r.passed}, r.reason, answers[who][it.item_id])
+            out[who][it.item_id] = ScoredAnswer({"pass": r.passed}, r.reason, answers[who][it.item_id])
         return out
 
 

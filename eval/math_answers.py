@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from eval.kinds import BenchmarkKind, Verdict
+from eval.families import BenchmarkFamily, ScoredAnswer
 
 # Gold answers are LaTeX fragments without delimiters ("\\frac{1}{2}", "(1, 8, 19)") or plain
 # numbers; wrapping them in $...$ makes math-verify read them as LaTeX.
@@ -95,11 +95,11 @@ def math_instruction(question: str) -> str:
     return f"{question.strip()}\n{MATH_INSTRUCTION}"
 
 
-# -- the benchmark kind ----------------------------------------------------------------------------
+# -- the benchmark family ----------------------------------------------------------------------------
 BASE_STOPS = ("\nQuestion:",)  # ours: the base frame is "Question: ... Answer:"; a new question is invented text
 
 
-class MathKind(BenchmarkKind):
+class MathFamily(BenchmarkFamily):
     """The seven math sets: one ``\\boxed{}`` answer per item, equivalence by math-verify."""
 
     name = "math"
@@ -131,5 +131,5 @@ class MathKind(BenchmarkKind):
             out[who] = {}
             for it in items:
                 ok = is_correct(per_item[it.item_id], it.gold)
-                out[who][it.item_id] = Verdict({"acc": ok}, "ok" if ok else "wrong_answer", per_item[it.item_id])
+                out[who][it.item_id] = ScoredAnswer({"acc": ok}, "ok" if ok else "wrong_answer", per_item[it.item_id])
         return out

@@ -7,7 +7,7 @@ go to ``<workdir>/verdicts/<adapter>/<benchmark>.jsonl``. Each score file carrie
 engine (backend, dtype), library versions, benchmark versions and checksums, template, stop
 strings, token budgets, the scorers' limits, each run's training state, model and git commit.
 
-Every benchmark is handled through its kind (``eval.kinds``): the loop below never tests a name.
+Every benchmark is handled through its family (``eval.families``): the loop below never tests a name.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, REPO_ROOT, Item, data_fingerprint, load_items
 from eval.engine import make_engine
+from eval.families import ScoredAnswer, family_of, wilson_interval
 from eval.generate import (
     ShardError,
     append_records,
@@ -31,7 +32,6 @@ from eval.generate import (
     merge,
     write_or_check_plan,
 )
-from eval.kinds import Verdict, kind_of, wilson_interval
 from eval.runs import EvalAdapter, check_base_model, read_run, run_info
 from eval.settings import EvalSettings
 
@@ -91,7 +91,7 @@ def provenance(s: EvalSettings, items: Mapping[str, Sequence[Item]], run_dirs: S
     for b in items:
         opts = s.lcb_options() if BENCHMARKS[b].loader else {}
         data[b] = {**data_fingerprint(b, s.data_dir, s.data_paths.get(b), **opts), "n_items": len(items[b]),
-                   "warnings": kind_of(BENCHMARKS[b]).warnings(items[b])}
+                   "warnings": family_of(BENCHMARKS[b]).warnings(items[b])}
     return {
         "model": s.policy.model, "backend": s.policy.engine, "dtype": s.policy.dtype, "template": s.template,
         "decoding": "greedy (temperature 0), pass@1", "max_new_tokens": s.budgets(), "limit": s.limit,
@@ -116,7 +116,7 @@ def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, work
     from populora.policy.engine import engine_class
 
     for b, its in items.items():
-        for w in kind_of(BENCHMARKS[b]).warnings(its):
+        for w in family_of(BENCHMARKS[b]).warnings(its):
             log(f"WARNING: {w}")
     own = backend is None
     backend = backend or make_engine(s, adapters)
@@ -137,7 +137,7 @@ def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, work
             backend.close()
 
 
-def score_rows(who: EvalAdapter, bench: str, verdicts: Mapping[str, Verdict]) -> list[dict]:
+def score_rows(who: EvalAdapter, bench: str, verdicts: Mapping[str, ScoredAnswer]) -> list[dict]:
     """One row per metric of ``bench``: value, item count, 95% Wilson interval."""
     rows = []
     for metric, column in BENCHMARKS[bench].column_names():
@@ -150,15 +150,15 @@ def score_rows(who: EvalAdapter, bench: str, verdicts: Mapping[str, Verdict]) ->
 
 
 def score_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir: Path, log=print) -> list[dict]:
-    """Score the merged generations through each benchmark's kind; one row per (adapter, benchmark, metric)."""
+    """Score the merged generations through each benchmark's family; one row per (adapter, benchmark, metric)."""
     rows: list[dict] = []
     for bench, its in items.items():
         spec = BENCHMARKS[bench]
-        kind = kind_of(spec)
+        family = family_of(spec)
         recs = {a.key: load_merged(workdir, a.key, bench) for a in adapters}
-        answers = {a.key: {it.item_id: kind.answer(it, recs[a.key][it.item_id]) for it in its} for a in adapters}
+        answers = {a.key: {it.item_id: family.answer(it, recs[a.key][it.item_id]) for it in its} for a in adapters}
         t0 = time.perf_counter()
-        verdicts = kind.score(spec, its, answers, s)
+        verdicts = family.score(spec, its, answers, s)
         for a in adapters:
             path = workdir / "verdicts" / a.key / f"{bench}.jsonl"
             if path.exists():

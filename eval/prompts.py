@@ -1,5 +1,5 @@
 """Prompt templates (``base``, ``chat``, ``r1``), their stop strings, and the template-level pieces
-of answer extraction. Benchmark-specific prompt text lives with each benchmark kind (``eval.kinds``);
+of answer extraction. Benchmark-specific prompt text lives with each benchmark family (``eval.families``);
 ``build_prompt`` and ``stop_strings`` dispatch to it.
 
 - ``base`` (completion models): EvalPlus items are continued directly from the function signature
@@ -18,7 +18,7 @@ Stop strings (why: without them a base model runs on into invented new questions
 template on a base model runs past its end-of-turn marker, and the scorers, which read the last
 answer, would score an invented one): ``chat`` stops at the template's end-of-turn marker (read from
 the chat template itself) and the tokenizer's EOS text; ``r1`` at ``</answer>`` and a new ``User:``
-turn; ``base`` per benchmark kind (EvalPlus's own stop lists, ``\\nQuestion:`` for math, the closing
+turn; ``base`` per benchmark family (EvalPlus's own stop lists, ``\\nQuestion:`` for math, the closing
 fence for LiveCodeBench).
 
 Prompts never end in whitespace before code: with byte-level BPE tokenizers a prompt ending in
@@ -89,7 +89,7 @@ def end_of_turn(tokenizer) -> str | None:
 
 
 def template_stops(template: str, tokenizer=None) -> tuple[str, ...]:
-    """Stop strings every benchmark uses under ``template`` (kinds add their own for ``base``)."""
+    """Stop strings every benchmark uses under ``template`` (families add their own for ``base``)."""
     if template == "r1":
         return R1_STOPS
     if template == "chat":
@@ -124,18 +124,18 @@ def wrap_math(instruction: str, template: str, tokenizer=None) -> str:
 
 def build_prompt(item: Item, template: str, tokenizer=None) -> str:
     """The prompt text for ``item`` under ``template`` (``chat`` needs the tokenizer's chat template)."""
-    from eval.kinds import kind_of
+    from eval.families import family_of
 
     check_template(template)
-    return kind_of(BENCHMARKS[item.benchmark]).prompt(item, template, tokenizer)
+    return family_of(BENCHMARKS[item.benchmark]).prompt(item, template, tokenizer)
 
 
 def stop_strings(benchmark: str, template: str, tokenizer=None) -> tuple[str, ...]:
-    from eval.kinds import kind_of
+    from eval.families import family_of
 
     check_template(template)
     spec = BENCHMARKS[benchmark]
-    return tuple(kind_of(spec).stop(spec, template, tokenizer))
+    return tuple(family_of(spec).stop(spec, template, tokenizer))
 
 
 _ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S)

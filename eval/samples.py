@@ -5,7 +5,7 @@ A samples file is JSON lines in EvalPlus's samples format: code benchmarks take 
 LiveCodeBench: the raw model output, from which LCB's rule extracts the code; ``question_id`` may
 name the item); math benchmarks take ``id`` (or ``task_id``) plus ``answer`` (the model's answer
 text, e.g. its whole output with a final ``\\boxed{}``). A task may have several samples (pass@1 is
-then their mean per task, averaged over tasks). The benchmark's kind (``eval.kinds``) turns each
+then their mean per task, averaged over tasks). The benchmark's family (``eval.families``) turns each
 sample into the scored answer and scores all of them at once: the same extraction, program
 preparation and scorer as for the generations of ``populora eval``.
 """
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, Item
-from eval.kinds import kind_of, wilson_interval
+from eval.families import family_of, wilson_interval
 from eval.settings import EvalSettings
 
 
@@ -50,21 +50,21 @@ def score_samples(bench: str, samples: Sequence[dict], items: Sequence[Item], se
                   where: str = "samples") -> tuple[list[dict], dict]:
     """Per-sample verdict records and the aggregate (pass@1 per metric with a 95% Wilson interval)."""
     spec = BENCHMARKS[bench]
-    kind = kind_of(spec)
+    family = family_of(spec)
     by_id = {it.item_id: it for it in items}
     # the k-th sample of each task is scored as "sample k": one scorer call for all of them
     answers: dict[str, dict[str, str]] = defaultdict(dict)
     order: list[tuple[str, str, int]] = []
     seen: dict[str, int] = defaultdict(int)
     for s in samples:
-        field = next((f for f in kind.sample_id_field() if f in s), None)
+        field = next((f for f in family.sample_id_field() if f in s), None)
         if field is None:
-            raise SamplesError(f"{where}: line {s.get('_line')} has none of the id fields {kind.sample_id_field()}")
+            raise SamplesError(f"{where}: line {s.get('_line')} has none of the id fields {family.sample_id_field()}")
         tid = str(s[field])
         if tid not in by_id:
             raise SamplesError(f"{where}: line {s.get('_line')}: {field} {tid!r} is not an item of {bench}")
         try:
-            answer = kind.answer_from_sample(by_id[tid], s)
+            answer = family.answer_from_sample(by_id[tid], s)
         except KeyError as e:
             raise SamplesError(f"{where}: line {s.get('_line')} ({tid}) lacks field {e.args[0]!r} "
                                f"(see `populora score --help`)") from e
@@ -75,7 +75,7 @@ def score_samples(bench: str, samples: Sequence[dict], items: Sequence[Item], se
     results = {}
     for who, per in answers.items():  # the scorer wants every "who" to cover the same items
         sub = [by_id[t] for t in per]
-        results[who] = kind.score(spec, sub, {who: per}, settings)[who]
+        results[who] = family.score(spec, sub, {who: per}, settings)[who]
     records = []
     per_task: dict[str, list[dict]] = defaultdict(list)
     for who, tid, line in order:

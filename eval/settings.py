@@ -1,6 +1,6 @@
 """The one settings record of an evaluation: engine, prompts, data, and the scorers' limits.
 
-``populora eval``, ``populora score`` and the benchmark kinds (``eval.kinds``) all read this type;
+``populora eval``, ``populora score`` and the benchmark families (``eval.families``) all read this type;
 nothing copies its fields into a second record. The engine is the policy layer's own configuration
 (``policy``: a ``populora.policy.PolicyConfig``, the same type as a run config's ``policy:`` section),
 turned into an engine in ``eval.engine.make_engine`` only.

@@ -163,15 +163,19 @@ def to_yaml(cfg: Config) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
-def config_from_yaml_text(text: str) -> Config:
-    """Rebuild a Config from the resolved YAML saved in a run directory (ConfigError on bad text).
+def config_from_yaml_text(text: str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Rebuild a Config from the resolved YAML saved in a run directory, with ``key=value``
+    ``overrides`` on top (ConfigError on bad text or a bad override, naming the key).
 
     Run directories written before keys moved read with the new names (``populora.renamed_keys``)."""
     try:
         saved = OmegaConf.create(text)
         if not isinstance(saved, DictConfig) or len(saved) == 0:
             raise ConfigError("a saved config must be a non-empty YAML mapping of sections")
-        merged = OmegaConf.merge(OmegaConf.structured(Config), _renamed(saved, "saved run config"))
+        layers = [OmegaConf.structured(Config), _renamed(saved, "saved run config")]
+        if overrides:
+            layers.append(OmegaConf.from_dotlist(migrate_overrides(list(overrides))))
+        merged = OmegaConf.merge(*layers)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)

@@ -220,16 +220,19 @@ class RunDir:
             raise RunDirError(f"{self.config_file}: a YAML {json_kind(data)} where a mapping of sections is expected")
         return data
 
-    def read_config(self):
-        """The run's resolved config (``populora.config.Config``); errors name the file."""
+    def read_config(self, overrides: list[str] | tuple[str, ...] = ()):
+        """The run's resolved config (``populora.config.Config``), with ``key=value`` ``overrides`` on
+        top; errors name the file (or the overrides)."""
         from populora.config import ConfigError, config_from_yaml_text
 
         self.format()
         text = self.read_config_text()
         try:
-            return config_from_yaml_text(text)
+            return config_from_yaml_text(text, overrides)
         except ConfigError as e:
-            raise ConfigError(f"{self.config_file}: {e}") from None
+            where = "command-line overrides" if overrides and "key '" in str(e) and any(
+                f"'{o.split('=', 1)[0].strip()}'" in str(e) for o in overrides) else str(self.config_file)
+            raise ConfigError(f"{where}: {e}") from None
 
     def read_metrics(self) -> list[dict]:
         """The rows of ``metrics.jsonl``, one per step ([] before the first step); a malformed line

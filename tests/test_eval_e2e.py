@@ -133,9 +133,9 @@ def test_scores_reach_the_right_adapter(tmp_path):
     import dataclasses
 
     from eval.benchmarks import load_items
+    from eval.evalplus import canonical_solutions
     from eval.pipeline import EvalSettings, evaluate_runs
     from eval.runs import init_run
-    from eval.score_code import canonical_solutions
 
     shapes = {"model.layers.0.self_attn.q_proj": (8, 8)}
     init_run(tmp_path / "r", shapes, [("good", "student"), ("bad", "teacher")])

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import ENV_DIR, load_items
+from eval.evalplus import canonical_solutions, prepare_program, solution_source
 from eval.samples import score_samples
-from eval.score_code import canonical_solutions, prepare_program, solution_source
 from eval.settings import EvalSettings
 
 DATA = Path(os.environ.get(ENV_DIR, Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks"))
@@ -74,13 +74,13 @@ def test_mbpp_630_canonical_passes_from_a_model_output(tmp_path):
     """Mbpp/630's canonical solution has a yield-only helper that EvalPlus's sanitizer drops; written
     as a chat model would (prose + fenced block), it must still pass through the generation path."""
     from eval.benchmarks import BENCHMARKS
-    from eval.kinds import kind_of
+    from eval.families import family_of
 
     items = [it for it in load_items("mbpp_plus", data_dir=DATA) if it.item_id == "Mbpp/630"]
     body = canonical_solutions("mbpp_plus", data_dir=DATA)["Mbpp/630"]
     completion = f"Here is the solution:\n```python\n{body.strip()}\n```\nIt enumerates neighbours."
     record = {"prompt": "...", "completion": completion, "template": "r1", "finish_reason": "stop"}
-    kind = kind_of(BENCHMARKS["mbpp_plus"])
+    kind = family_of(BENCHMARKS["mbpp_plus"])
     s = EvalSettings(data_dir=str(DATA), cache_dir=str(tmp_path), evalplus_min_time_limit=20.0,
                      evalplus_gt_time_limit_factor=20.0, evalplus_max_memory_gb=16)
     v = kind.score(BENCHMARKS["mbpp_plus"], items, {"m": {"Mbpp/630": kind.answer(items[0], record)}}, s)["m"]["Mbpp/630"]
@@ -102,7 +102,7 @@ def test_prepare_program_keeps_definitions_and_sanitizes_only_what_needs_it():
     program, notes = prepare_program(prose, "f")
     assert notes == ("sanitized",) and program.startswith("def f(x):") and "Hope" not in program
     # EvalPlus's own sanitizer loses the yield helper: the reason for prepare_program
-    from eval.score_code import sanitize_solution
+    from eval.evalplus import sanitize_solution
 
     assert "def helper" not in sanitize_solution(gen, "f")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import BENCHMARKS
-from eval.kinds import wilson_interval
+from eval.families import wilson_interval
 from eval.leaderboard import AVERAGE_RULE, GROUPS, build_table, read_scores, write_leaderboard
 
 PROV = {"model": "tiny", "backend": "hf", "dtype": "auto", "template": "base", "decoding": "greedy (temperature 0), pass@1",
@@ -132,4 +132,4 @@ def test_missing_scores_name_the_file(tmp_path):
 
 def test_columns_come_from_the_specs():
     assert GROUPS["code"] == ("HumanEval+", "MBPP+", "LiveCodeBench")
-    assert GROUPS["math"] == tuple(b for b, s in BENCHMARKS.items() if s.kind == "math")
+    assert GROUPS["math"] == tuple(b for b, s in BENCHMARKS.items() if s.group == "math")

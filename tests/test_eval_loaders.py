@@ -39,7 +39,7 @@ def test_every_shared_file_loads_with_its_checksum(name):
     items = load_items(name, data_dir=DATA)  # verify=True: sha256 of the README
     assert len(items) == COUNTS[name]
     assert len({it.item_id for it in items}) == len(items)
-    if BENCHMARKS[name].kind == "math":
+    if BENCHMARKS[name].group == "math":
         assert all(it.gold and it.gold.strip() == it.gold for it in items)
         if name in ("minerva_math", "olympiadbench"):  # delimiters stripped (math500 has literal \$ amounts)
             assert all("$" not in it.gold for it in items)

@@ -1,4 +1,4 @@
-"""Prompt templates (base / chat / r1) for each benchmark kind, with the tiny model's ChatML tokenizer."""
+"""Prompt templates (base / chat / r1) for each benchmark family, with the tiny model's ChatML tokenizer."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_a_run_on_completion_is_cut_at_the_first_answer(tokenizer):
     """On `tiny`, with a scripted completion that runs on past its answer into an invented question:
     the stop strings end it at the first answer, and the scorer reads that answer."""
     from eval.benchmarks import BENCHMARKS
-    from eval.kinds import kind_of
+    from eval.families import family_of
     from eval.math_answers import is_correct
     from eval.prompts import stop_strings
     from populora.policy.sampling import find_stop
@@ -76,10 +76,10 @@ def test_a_run_on_completion_is_cut_at_the_first_answer(tokenizer):
     run_on = " 1 + 1 = 2, so the answer is $\\boxed{2}$.\nQuestion: What is 2 + 2?\nAnswer: It is $\\boxed{5}$."
     cut = find_stop(run_on, stop_strings("gsm8k", "base"))
     record = {"prompt": build_prompt(MATH, "base"), "completion": run_on[:cut], "template": "base", "finish_reason": "stop"}
-    answer = kind_of(BENCHMARKS["gsm8k"]).answer(MATH, record)
+    answer = family_of(BENCHMARKS["gsm8k"]).answer(MATH, record)
     assert is_correct(answer, "2") and not is_correct(run_on, "2")  # unstopped, the invented answer is scored
 
     r1 = "<think>easy</think> <answer>\\boxed{2}</answer>\nUser: next? Assistant: <answer>\\boxed{7}</answer>"
     cut = find_stop(r1, stop_strings("gsm8k", "r1"))
     rec = {"prompt": build_prompt(MATH, "r1"), "completion": r1[:cut], "template": "r1", "finish_reason": "stop"}
-    assert is_correct(kind_of(BENCHMARKS["gsm8k"]).answer(MATH, rec), "2")
+    assert is_correct(family_of(BENCHMARKS["gsm8k"]).answer(MATH, rec), "2")

@@ -58,7 +58,7 @@ def test_bad_samples_name_the_line_and_field(tmp_path, capsys):
 @needs_data
 @pytest.mark.slow
 def test_evalplus_solution_and_completion_samples(tmp_path, capsys):
-    from eval.score_code import canonical_solutions
+    from eval.evalplus import canonical_solutions
 
     items = {it.item_id: it for it in load_items("humaneval_plus", data_dir=DATA)[:2]}
     canon = canonical_solutions("humaneval_plus", data_dir=DATA)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from populora.rl.config import RLConfig
 from populora.rl.packing import TokenBudget, in_order, pack, padded_tokens
 from populora.selfplay.stages import Seq
-from populora.selfplay.train import MemberGroup, MicroBatching, accumulate_gradients, advantages_of
+from populora.selfplay.update import MemberGroup, MicroBatching, accumulate_gradients, advantages_of
 
 
 def test_budget_is_the_plans_bound():

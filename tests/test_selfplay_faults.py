@@ -10,7 +10,7 @@ import torch
 
 from populora.config import load_config
 from populora.selfplay import stages
-from populora.selfplay import train as train_mod
+from populora.selfplay import update as update_mod
 from populora.selfplay.loop import SelfPlay
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
@@ -72,7 +72,7 @@ def test_sandbox_failure_rejects_the_batch_without_crashing(sp, monkeypatch):
 
 
 def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
-    real_loss = train_mod.policy_loss
+    real_loss = update_mod.policy_loss
     target = next(m for m in sp.members.values() if m.role == "student").adapter
     state = {"adapter": None}
 
@@ -84,13 +84,13 @@ def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
             loss = loss * float("nan")
         return loss, stats
 
-    real_train = train_mod.train_member
+    real_train = update_mod.train_member
 
     def tracking(backend, adapter, *args, **kwargs):
         state["adapter"] = adapter
         return real_train(backend, adapter, *args, **kwargs)
 
-    monkeypatch.setattr(train_mod, "policy_loss", nan_for_target)
+    monkeypatch.setattr(update_mod, "policy_loss", nan_for_target)
     monkeypatch.setattr("populora.selfplay.ranks.train_member", tracking)
     before = _weights(sp)
     row = sp.step(1)
@@ -103,7 +103,7 @@ def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
     assert all(row[f"train/{i}/nan_restored"] == 0 for i in others)
     assert all(row[f"adapter/{i}/optimizer_steps"] == 1 for i in others)
     # the adapter trains normally again at the next step, with a fresh optimizer
-    monkeypatch.setattr(train_mod, "policy_loss", real_loss)
+    monkeypatch.setattr(update_mod, "policy_loss", real_loss)
     row2 = sp.step(2)
     assert row2[f"train/{mid}/nan_restored"] == 0 and row2[f"adapter/{mid}/optimizer_steps"] == 1
     assert all(torch.isfinite(a).all() for a, _ in sp.backend.get_weights(target).tensors.values())

@@ -133,7 +133,7 @@ def run_scoring(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from eval.score_code import _dataset_copy, canonical_solutions
+    from eval.evalplus import _dataset_copy, canonical_solutions
     from eval.settings import evalplus_default_parallel
 
     parallel = args.parallel or evalplus_default_parallel()

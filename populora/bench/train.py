@@ -11,7 +11,7 @@ Then packing (``rl/packing.py``): one member's update on a variable-length batch
 log-uniform over a 32x range, as self-play's run from a few hundred tokens to the longest allowed),
 its gradients accumulated over micro-batches packed up to the plan's token budget vs
 ``train_micro_batch`` sequences in batch order, on the same backend, alternating. It times the
-forward and backward passes (``selfplay.train.accumulate_gradients``, the code ``populora train``
+forward and backward passes (``selfplay.update.accumulate_gradients``, the code ``populora train``
 runs; the optimizer step after it is the same for both) and compares the two gradients. The last
 line is ``packed/unpacked speed-up: N.NNx, max gradient difference: E`` (of the last model).
 """
@@ -125,7 +125,7 @@ def bench_packing(model: str, args: argparse.Namespace) -> dict:
     from populora.policy import make_backend
     from populora.rl.config import RLConfig
     from populora.rl.packing import TokenBudget, padded_tokens
-    from populora.selfplay.train import MicroBatching, accumulate_gradients, advantages_of
+    from populora.selfplay.update import MicroBatching, accumulate_gradients, advantages_of
 
     spec = {"model": model, "device": args.device, "cpu_threads": args.threads,
             "lora": {"rank": args.rank, "alpha": 2 * args.rank, "b_std": 0.02}}

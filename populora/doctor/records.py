@@ -160,7 +160,7 @@ class ItemComparison:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FitVerdict:
     """Whether the preset fits the device, from the measured phases (unmeasured items from the plan)."""
 
     preset: str
@@ -186,7 +186,7 @@ class PresetReport:
     training: TrainingResult
     generation: tuple[GenerationResult, ...]
     items: tuple[ItemComparison, ...]
-    verdict: Verdict
+    verdict: FitVerdict
     plan: dict = field(default_factory=dict)  # populora plan's JSON for this device
 
 

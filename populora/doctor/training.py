@@ -4,7 +4,7 @@ The batch of a member is ``policy.train_micro_batch`` sequences of the preset's 
 (``policy.max_prompt_tokens``) and longest completion (the larger ``max_new_tokens`` of the two
 roles): the size the memory plan bounds. Token ids are random; the behaviour log-probs are
 ``-ln(vocab)`` (what a random-weights model gives every token, about); rewards alternate 0/1 so the
-advantages are not all zero. The update is ``populora.selfplay.train.train_member`` on an
+advantages are not all zero. The update is ``populora.selfplay.update.train_member`` on an
 ``HFBackend`` with the run's ``RLConfig`` (``update``), exactly as the self-play loop calls it.
 
 Memory, per item of the plan that one process can measure:
@@ -30,7 +30,7 @@ from populora.doctor.records import Measure, MemberUpdate, TrainingResult
 def update(backend, adapter: str, batch, cfg) -> dict:
     """``train_member`` as ``selfplay/loop.py`` calls it for one member: micro-batches packed to the
     run's token budget (``micro_batching(cfg)``)."""
-    from populora.selfplay.train import micro_batching, train_member
+    from populora.selfplay.update import micro_batching, train_member
 
     return train_member(backend, adapter, batch, cfg.rl, micro_batching(cfg))
 

@@ -23,7 +23,7 @@ memory does not fit.
 
 from __future__ import annotations
 
-from populora.doctor.records import ItemComparison, Measure, Verdict
+from populora.doctor.records import FitVerdict, ItemComparison, Measure
 from populora.plan.memory import GIB, backward_working_bytes, logits_transient_bytes
 
 UNSPLIT = ("trainer", "activations", "logits")  # measured together, as training_step
@@ -95,7 +95,7 @@ def engine_while_training(plan, engine: float, value) -> float:
     return own.training / GIB
 
 
-def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | None = None) -> Verdict:
+def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | None = None) -> FitVerdict:
     """Fits / does not fit from the measured phases (module docstring). ``failed``: a stage ran out of
     memory (then it does not fit, whatever the sums say)."""
     by = {c.item: c for c in items}
@@ -117,5 +117,5 @@ def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | 
               "training": resident + engine_while_training(plan, engine, value) + value("training_step")}
     limit = plan.gpu_gib * (1 - plan.min_headroom)
     fits = failed is None and max(phases.values()) <= limit
-    return Verdict(preset, fits, plan.gpu_gib, plan.min_headroom, phases, dict(plan.phases),
+    return FitVerdict(preset, fits, plan.gpu_gib, plan.min_headroom, phases, dict(plan.phases),
                    tuple(dict.fromkeys(from_plan)), plan.fits)

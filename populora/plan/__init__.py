@@ -4,13 +4,13 @@
 - ``memory.py``: :class:`PlanInputs` and the pure arithmetic of the plan (items, phases, fixes); the
   engine's own part comes from its class (``GenerationEngine.plan_memory`` / ``plan_knobs``);
 - ``inputs.py``: the one reader of run-config keys (``plan_inputs``, ``check_plan``);
-- ``report.py``: the table.
+- ``table.py``: the plan as a table (``format_plan``).
 """
 
 from populora.plan.inputs import check_plan, fix_overrides, plan_inputs
 from populora.plan.memory import ITEMS, Plan, PlanInputs, plan, suggest_fixes
-from populora.plan.report import format_plan
 from populora.plan.shapes import ModelShape, UnknownModelShape, model_shape
+from populora.plan.table import format_plan
 
 __all__ = [
     "ITEMS", "ModelShape", "Plan", "PlanInputs", "UnknownModelShape",

@@ -23,7 +23,7 @@ def longest_completion(cfg) -> int:
 def train_budget(cfg) -> TokenBudget:
     """What one training micro-batch may hold: the bound the plan sizes its activations and log-prob
     tail for (``policy.train_micro_batch`` rows of the longest prompt + the longest completion);
-    the trainer packs its passes up to it (``selfplay/train.py``)."""
+    the trainer packs its passes up to it (``selfplay/update.py``)."""
     return TokenBudget.of(cfg.policy.train_micro_batch, cfg.policy.max_prompt_tokens, longest_completion(cfg))
 
 

@@ -13,7 +13,7 @@ of the longest prompt plus the longest completion, for the decoder's activations
 exceeds either, so the plan's figures hold for every pass.
 
 The grouping does not change the gradients: every micro-batch's loss is divided by the whole
-batch's denominator (``selfplay/train.py``) and gradients add up over passes, so packed and
+batch's denominator (``selfplay/update.py``) and gradients add up over passes, so packed and
 unpacked updates agree within float rounding (``tests/test_packing.py`` checks it; ``populora bench
 train`` prints the largest difference beside the speed-up).
 """

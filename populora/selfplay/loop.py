@@ -64,7 +64,7 @@ from populora.selfplay import stages
 from populora.selfplay.budget import budget_for
 from populora.selfplay.metrics import StepMetrics, Stopwatch
 from populora.selfplay.ranks import Ranks, rank_policy
-from populora.selfplay.train import micro_batching
+from populora.selfplay.update import micro_batching
 from populora.tasks import prompts
 from populora.tasks.buffers import TaskBuffers
 from populora.tasks.complexity import complexity_metrics

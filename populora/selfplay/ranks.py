@@ -18,7 +18,7 @@ from populora.distributed.env import local_cuda_index
 from populora.policy.base import GenerationRequest, GenerationResult, SamplingParams
 from populora.policy.engine import EngineFailure
 from populora.selfplay.records import StageError
-from populora.selfplay.train import MemberGroup, MicroBatching, train_member
+from populora.selfplay.update import MemberGroup, MicroBatching, train_member
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from populora import checkpoint
 from populora.checkpoint import Checkpoint, CheckpointError, Unusable, find_latest, set_aside
-from populora.config import Config, ConfigError, config_from_yaml_text, load_config, run_dir_of, to_yaml
+from populora.config import Config, ConfigError, load_config, run_dir_of, to_yaml
 from populora.jsonl import JsonlError, step_of, truncate_jsonl_files
 from populora.policy.engine import EngineFailure
 from populora.run_dir import RunDir, RunDirError
@@ -76,19 +76,9 @@ def read_run_config(config_file: str | None, overrides: list[str], run_dir: str 
     if bad:
         raise ConfigError(f"override {bad[0]!r} cannot change on resume; allowed keys: {', '.join(RESUMABLE_KEYS)}")
     try:
-        cfg = run.read_config()
+        return run.read_config(overrides)
     except RunDirError as e:
         raise ConfigError(str(e)) from None
-    if overrides:
-        from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
-
-        try:
-            merged = OmegaConf.merge(OmegaConf.structured(cfg), OmegaConf.from_dotlist(list(overrides)))
-            cfg = config_from_yaml_text(OmegaConf.to_yaml(merged))
-        except (ConfigError, OmegaConfBaseException) as e:
-            raise ConfigError(f"command-line overrides: {str(e).splitlines()[0]}") from None
-    return cfg
 
 
 def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | None, resume: bool,
@@ -226,7 +216,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
                 print(stop_line(rd, sp.step_done, status), file=sys.stderr, flush=True)
         comm.barrier()
         return summary
-    except EngineFailure as e:  # raised on every rank together (loop._generate_shared): no collective here
+    except EngineFailure as e:  # raised on every rank together (Ranks.generate): no collective here
         e.run_dir = str(rd)
         if comm.is_main:
             run.write_summary(state.summary(sp, f"failed: {e}"))

@@ -1,4 +1,4 @@
-"""HumanEval+ / MBPP+: the EvalPlus benchmark kind (prompts, stops, extraction) and its scorer,
+"""HumanEval+ / MBPP+: the EvalPlus benchmark family (prompts, stops, extraction) and its scorer,
 EvalPlus itself, offline, in a subprocess.
 
 Program preparation (``prepare_program``): a candidate that already parses as a module and defines
@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, benchmark_path, sha256_file
-from eval.kinds import BenchmarkKind, Verdict
+from eval.families import BenchmarkFamily, ScoredAnswer
 
 _DATASET = {"humaneval_plus": ("humaneval", "HUMANEVAL_OVERRIDE_PATH"), "mbpp_plus": ("mbpp", "MBPP_OVERRIDE_PATH")}
 
@@ -220,12 +220,12 @@ def canonical_solutions(benchmark: str, data_dir=None, path=None) -> dict[str, s
     """``{task_id: prompt + canonical_solution}`` (the self-check's reference programs)."""
     from eval.benchmarks import read_jsonl_rows
 
-    assert BENCHMARKS[benchmark].kind == "code"
+    assert BENCHMARKS[benchmark].group == "code"
     rows = read_jsonl_rows(benchmark_path(benchmark, data_dir, path))
     return {r["task_id"]: r["prompt"] + r["canonical_solution"] for r in rows}
 
 
-# -- the benchmark kind ----------------------------------------------------------------------------
+# -- the benchmark family ----------------------------------------------------------------------------
 # EvalPlus's stop lists (evalplus 0.3.1, evalplus/provider/utility.py and provider/vllm.py)
 EVALPLUS_EOS = ("<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main(", "\nprint(")
 DIRECT_COMPLETION_EOS = {"humaneval": ("\ndef ", "\nclass ", "\nimport ", "\nfrom ", "\nassert "),
@@ -233,7 +233,7 @@ DIRECT_COMPLETION_EOS = {"humaneval": ("\ndef ", "\nclass ", "\nimport ", "\nfro
 CHAT_EOS = ("\n```",)  # EvalPlus: "\n```\n"; without the newline, a closing fence followed by EOS stops too
 
 
-class EvalPlusKind(BenchmarkKind):
+class EvalPlusFamily(BenchmarkFamily):
     """HumanEval+ and MBPP+: EvalPlus's prompts and stop lists, extraction, EvalPlus scoring."""
 
     name = "evalplus"
@@ -289,7 +289,7 @@ class EvalPlusKind(BenchmarkKind):
             for it in items:
                 v = res[who]["items"][it.item_id]
                 reason = "ok" if v["plus"] else (f"base:{v['base_status']}" if not v["base"] else f"plus:{v['plus_status']}")
-                out[who][it.item_id] = Verdict({"base": v["base"], "plus": v["plus"]}, reason, programs[who][it.item_id],
+                out[who][it.item_id] = ScoredAnswer({"base": v["base"], "plus": v["plus"]}, reason, programs[who][it.item_id],
                                                notes[(who, it.item_id)])
         return out
 

@@ -1,11 +1,11 @@
-"""Benchmark kinds: one interface for everything a family of benchmarks owns.
+"""Benchmark families: one interface for everything a family of benchmarks owns.
 
-A kind (``evalplus``, ``livecodebench``, ``math``) owns, for its benchmarks: the prompt under each
+A family (``evalplus``, ``livecodebench``, ``math``) owns, for its benchmarks: the prompt under each
 template, the stop strings, the extraction of the scored answer from a generation record (or from a
 sample written by another system), and the scorer. Every ``BenchmarkSpec`` in
-``eval.benchmarks.BENCHMARKS`` names its kind; the pipeline, ``populora score``, the prompts and the
-leaderboard loop over specs and call the kind, never test a benchmark's name. Adding a benchmark of
-an existing kind is one spec plus its data loader; a new kind is one class registered here.
+``eval.benchmarks.BENCHMARKS`` names its family; the pipeline, ``populora score``, the prompts and the
+leaderboard loop over specs and call the family, never test a benchmark's name. Adding a benchmark of
+an existing family is one spec plus its data loader; a new family is one class registered here.
 
 The generation record that ``answer`` reads is the one ``eval.generate`` stores: ``prompt``,
 ``completion`` (stop string excluded), ``finish_reason`` (``stop``: EOS or a stop string;
@@ -23,7 +23,7 @@ from eval.benchmarks import BenchmarkSpec, Item
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ScoredAnswer:
     """One scored answer: ``metrics[name]`` is True when it passes that metric (``plus``, ``acc``...)."""
 
     metrics: Mapping[str, bool]
@@ -35,7 +35,7 @@ class Verdict:
         return {"metrics": dict(self.metrics), "reason": self.reason, "answer": self.answer, "notes": list(self.notes)}
 
 
-class BenchmarkKind(ABC):
+class BenchmarkFamily(ABC):
     """What a family of benchmarks owns (see the module docstring)."""
 
     name: str
@@ -58,7 +58,7 @@ class BenchmarkKind(ABC):
 
     @abstractmethod
     def score(self, spec: BenchmarkSpec, items: Sequence[Item], answers: Mapping[str, Mapping[str, str]],
-              settings) -> dict[str, dict[str, Verdict]]:
+              settings) -> dict[str, dict[str, ScoredAnswer]]:
         """``answers[who][item_id]`` -> ``verdicts[who][item_id]`` (``who``: an adapter or a sample)."""
 
     def sample_id_field(self) -> tuple[str, ...]:
@@ -70,22 +70,22 @@ class BenchmarkKind(ABC):
         return []
 
 
-# kind name -> "module:Class"; imported when first used (scorers pull in heavy libraries)
-KINDS: dict[str, str] = {
-    "evalplus": "eval.score_code:EvalPlusKind",
-    "livecodebench": "eval.livecodebench:LiveCodeBenchKind",
-    "math": "eval.math_answers:MathKind",
+# family name -> "module:Class"; imported when first used (scorers pull in heavy libraries)
+FAMILIES: dict[str, str] = {
+    "evalplus": "eval.evalplus:EvalPlusFamily",
+    "livecodebench": "eval.livecodebench:LiveCodeBenchFamily",
+    "math": "eval.math_answers:MathFamily",
 }
-_LOADED: dict[str, BenchmarkKind] = {}
+_LOADED: dict[str, BenchmarkFamily] = {}
 
 
-def kind_of(spec: BenchmarkSpec | str) -> BenchmarkKind:
-    """The kind object of a spec (or of a kind name)."""
-    name = spec if isinstance(spec, str) else spec.scorer
+def family_of(spec: BenchmarkSpec | str) -> BenchmarkFamily:
+    """The family object of a spec (or of a family name)."""
+    name = spec if isinstance(spec, str) else spec.family
     if name not in _LOADED:
-        if name not in KINDS:
-            raise ValueError(f"unknown benchmark kind {name!r} (known: {', '.join(KINDS)})")
-        module, cls = KINDS[name].split(":")
+        if name not in FAMILIES:
+            raise ValueError(f"unknown benchmark family {name!r} (known: {', '.join(FAMILIES)})")
+        module, cls = FAMILIES[name].split(":")
         _LOADED[name] = getattr(importlib.import_module(module), cls)()
     return _LOADED[name]
 
