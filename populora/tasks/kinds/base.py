@@ -181,6 +181,23 @@ class ProgramAndInput(TaskKind):
                     input=inputs[0], output=outputs[0], teacher_id=proposal.teacher_id, step=proposal.step)
 
 
+def program_and_input_templates(azr_teacher: Callable[[Sequence[Task]], str], azr_student: Callable[[Task], str],
+                                goal: str, compact_student: Callable[[Task], str],
+                                output_block: str = "output") -> dict[str, Templates]:
+    """The template sets of a ``ProgramAndInput`` kind: AZR's proposer and solver questions, and our
+    compact ones (the teacher told its ``goal``, the allowed modules and the output limit)."""
+    import populora.tasks.kinds.compact as compact
+
+    return {
+        "azr": Templates(teacher=lambda refs, program, env: azr_teacher(refs),
+                         student=lambda task, env: azr_student(task)),
+        "compact": Templates(
+            teacher=lambda refs, program, env: compact.teacher_program_and_input(
+                goal, refs, env.safety.allowed_modules, env.max_output_chars, output_block=output_block),
+            student=lambda task, env: compact_student(task)),
+    }
+
+
 def _is_argument_list(text: str) -> bool:
     try:
         return bool(read_arguments(text))

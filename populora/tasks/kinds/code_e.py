@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import populora.tasks.azr_templates as azr
 import populora.tasks.kinds.compact as compact
 from populora.sandbox.api import Outcome
-from populora.tasks.kinds.base import Judgement, ProgramAndInput, Templates, judged
+from populora.tasks.kinds.base import Judgement, ProgramAndInput, judged, program_and_input_templates
 from populora.tasks.kinds.registry import register_kind
 from populora.tasks.records import Task
 
@@ -35,15 +35,9 @@ class CodeE(ProgramAndInput):
     program_source = False  # its programs may raise: not given to induction teachers
     student_block = "output"
     student_prefill = "</think>\n<answer>\n```output"
-    templates = {
-        "azr": Templates(teacher=lambda refs, program, env: azr.teacher_code_e(refs),
-                         student=lambda task, env: azr.student_code_e(task.program, task.input)),
-        "compact": Templates(
-            teacher=lambda refs, program, env: compact.teacher_program_and_input(
-                "predict which error it raises on an input (or that it raises none)", refs,
-                env.safety.allowed_modules, env.max_output_chars, output_block="error"),
-            student=lambda task, env: compact.student_error(task)),
-    }
+    templates = program_and_input_templates(azr.teacher_code_e, lambda task: azr.student_code_e(task.program, task.input),
+                                            "predict which error it raises on an input (or that it raises none)",
+                                            compact.student_error, output_block="error")
 
     def outputs_of(self, outcome: Outcome, n_calls: int) -> tuple[str | None, list[str]]:
         if outcome.ok:

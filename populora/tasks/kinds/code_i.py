@@ -10,9 +10,9 @@ import populora.tasks.kinds.compact as compact
 from populora.tasks.kinds.base import (
     CheckRun,
     ProgramAndInput,
-    Templates,
     is_argument_list,
     literal_outputs_reason,
+    program_and_input_templates,
     run_matches,
 )
 from populora.tasks.kinds.registry import register_kind
@@ -30,14 +30,8 @@ class CodeI(ProgramAndInput):
     student_block = "input"
     student_prefill = "</think>\n<answer>\n```input"
     seed_order = 0  # AZR's seeding asks code_i teachers first, then code_o
-    templates = {
-        "azr": Templates(teacher=lambda refs, program, env: azr.teacher_code_i(refs),
-                         student=lambda task, env: azr.student_code_i(task.program, task.output)),
-        "compact": Templates(
-            teacher=lambda refs, program, env: compact.teacher_program_and_input(
-                "find an input that produces a given output", refs, env.safety.allowed_modules, env.max_output_chars),
-            student=lambda task, env: compact.student_abduction(task)),
-    }
+    templates = program_and_input_templates(azr.teacher_code_i, lambda task: azr.student_code_i(task.program, task.output),
+                                            "find an input that produces a given output", compact.student_abduction)
 
     def output_reason(self, outputs: Sequence[str], env: TaskEnv) -> str | None:
         return literal_outputs_reason(outputs, env)  # the output is shown to the student as a literal

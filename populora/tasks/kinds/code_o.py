@@ -10,10 +10,10 @@ import populora.tasks.kinds.compact as compact
 from populora.tasks.kinds.base import (
     Judgement,
     ProgramAndInput,
-    Templates,
     is_literal,
     judged,
     literal_outputs_reason,
+    program_and_input_templates,
 )
 from populora.tasks.kinds.registry import register_kind
 from populora.tasks.records import Task
@@ -31,14 +31,8 @@ class CodeO(ProgramAndInput):
     student_block = "output"
     student_prefill = "</think>\n<answer>\n```output"
     seed_order = 1  # AZR's seeding asks code_i teachers first, then code_o
-    templates = {
-        "azr": Templates(teacher=lambda refs, program, env: azr.teacher_code_o(refs),
-                         student=lambda task, env: azr.student_code_o(task.program, task.input)),
-        "compact": Templates(
-            teacher=lambda refs, program, env: compact.teacher_program_and_input(
-                "predict its output from an input", refs, env.safety.allowed_modules, env.max_output_chars),
-            student=lambda task, env: compact.student_deduction(task)),
-    }
+    templates = program_and_input_templates(azr.teacher_code_o, lambda task: azr.student_code_o(task.program, task.input),
+                                            "predict its output from an input", compact.student_deduction)
 
     def output_reason(self, outputs: Sequence[str], env: TaskEnv) -> str | None:
         return literal_outputs_reason(outputs, env)  # the student writes the output back as a literal
