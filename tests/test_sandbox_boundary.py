@@ -345,10 +345,10 @@ def test_replicas_cannot_agree_on_a_random_value(monkeypatch, without):
     """Two copies of a program that agree through locks on runtime inodes: with the filter the locks
     are refused; without it, replica 1 runs after replica 0 has finished and finds no partner."""
     needs_full()
-    from populora.tasks import validation
+    from populora.tasks import programs, validation
     from populora.tasks.records import Proposal
 
-    monkeypatch.setattr(validation, "check_program", lambda *a, **k: None)  # the sandbox alone
+    monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)  # the sandbox alone
     program = corpus_program("replicas_flock_agree").source
     proposals = [Proposal(type="code_o", program=program, inputs=("0",)) for _ in range(2)]
     with Sandbox(limits=LIMITS, workers=2, without=without) as box:
