@@ -45,10 +45,10 @@ class RunDirError(ValueError):
     names the file)."""
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """``data`` as JSON at ``path``, atomically (a reader sees the old file or the new one)."""
+def write_json_atomic(path: Path, data: Any, *, sort_keys: bool = True) -> None:
+    """``data`` as indented JSON at ``path``, atomically (a reader sees the old file or the new one)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys))
     os.replace(tmp, path)
 
 
@@ -93,13 +93,7 @@ class RunDir:
     def __str__(self) -> str:
         return str(self.path)
 
-    def __fspath__(self) -> str:
-        return str(self.path)
-
     # -- paths ----------------------------------------------------------------------------------------
-    def file(self, name: str) -> Path:
-        return self.path / name
-
     @property
     def name(self) -> str:
         return self.path.name
@@ -230,8 +224,9 @@ class RunDir:
         try:
             return config_from_yaml_text(text, overrides)
         except ConfigError as e:
-            where = "command-line overrides" if overrides and "key '" in str(e) and any(
-                f"'{o.split('=', 1)[0].strip()}'" in str(e) for o in overrides) else str(self.config_file)
+            # an error about a key an override sets is the override's (a resume overrides a few keys)
+            ours = any(f"'{o.split('=', 1)[0].strip()}'" in str(e) for o in overrides)
+            where = "command-line overrides" if ours else str(self.config_file)
             raise ConfigError(f"{where}: {e}") from None
 
     def read_metrics(self) -> list[dict]:
@@ -246,10 +241,6 @@ class RunDir:
 
     def read_examples(self) -> list[dict]:
         return read_jsonl(self.examples_file, what="example")
-
-    def read_tasks(self) -> list[dict]:
-        """The valid tasks of the run as JSON objects (``Task.to_json``), one per line."""
-        return read_jsonl(self.tasks_file)
 
     def _object(self, name: str, what: str) -> dict | None:
         """A JSON object file (None when missing); a damaged one is a ``JsonlError`` naming it."""
@@ -294,9 +285,7 @@ class RunDir:
 
     def write_members(self, members: list[dict]) -> None:
         """``members.json``, atomically (indented, keys in the order given)."""
-        tmp = self.members_file.with_name(self.MEMBERS + ".tmp")
-        tmp.write_text(json.dumps(members, indent=2))
-        os.replace(tmp, self.members_file)
+        write_json_atomic(self.members_file, members, sort_keys=False)
 
     def append_tasks(self, tasks: Iterable) -> None:
         """Every valid task of a step (``Task`` records), one JSON line each."""

@@ -11,17 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from populora.cpus import cpu_share, rank_cpu_budget
 from populora.distributed.env import (
     EXPANDABLE_SEGMENTS,
     LauncherError,
     RankEnv,
     allocator_conf,
     before_cuda,
-    cpu_share,
     local_cuda_index,
     narrow_visible_devices,
     narrowed_visible_devices,
-    rank_cpu_budget,
     rank_env,
 )
 

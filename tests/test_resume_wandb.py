@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from populora.run_dir import RunDir
 from populora.selfplay.metrics import read_metrics
-from populora.selfplay.runner import prune_adapters, resume_line, stop_line
+from populora.selfplay.runner import resume_line, stop_line
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -24,10 +25,10 @@ def test_prune_adapters_keeps_only_current_members(tmp_path):
     for name in ("t0", "t1", "t9"):
         (tmp_path / "adapters" / name).mkdir(parents=True)
     (tmp_path / "members.json").write_text(json.dumps([{"id": "t0"}, {"id": "t1"}]))
-    assert prune_adapters(tmp_path) == ["t9"]
+    assert RunDir(tmp_path).prune_adapters() == ["t9"]
     assert sorted(p.name for p in (tmp_path / "adapters").iterdir()) == ["t0", "t1"]
     (tmp_path / "members.json").write_text("{torn")
-    assert prune_adapters(tmp_path) == []  # no readable member list: nothing removed
+    assert RunDir(tmp_path).prune_adapters() == []  # no readable member list: nothing removed
 
 
 def test_stop_and_resume_lines():

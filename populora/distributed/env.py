@@ -26,7 +26,6 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from populora.cpus import available_cpus, cpu_share, rank_cpu_budget  # noqa: F401 - their home before populora/cpus.py
 from populora.distributed.comm import Comm, LocalComm, TorchComm
 
 

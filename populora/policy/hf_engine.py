@@ -46,7 +46,7 @@ class HFEngine(GenerationEngine):
         intermediate and the hidden states of every prompt token, and three float32 rows of logits."""
         p, rows, s = inputs, inputs.policy.max_batch_size, inputs.shape
         tokens = p.prompt_tokens + p.new_tokens
-        kv = rows * (p.prompt_tokens + p.new_tokens) * p.kv_bytes_per_token
+        kv = rows * tokens * p.kv_bytes_per_token
         prefill = rows * p.prompt_tokens * (2 * s.intermediate + 4 * s.hidden) * p.d + rows * s.vocab * 4 * 3
         return EngineMemory(
             awake=kv + prefill, training=0.0, details={"kv_cache_tokens": rows * tokens},

@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from populora.config import Config
+from populora.cpus import available_cpus, rank_cpu_budget
 from populora.distributed.comm import Comm, LocalComm
-from populora.distributed.env import available_cpus, rank_cpu_budget
 from populora.plan.inputs import longest_completion
 from populora.policy import make_backend
 from populora.policy.adapters import AdapterWeights

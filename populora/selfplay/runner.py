@@ -242,11 +242,6 @@ def stop_line(rd: Path, step: int, status: str) -> str:
     return f"{status}: stopped after step {step} with a checkpoint; continue with `populora train --resume {rd}`"
 
 
-def prune_adapters(rd: Path) -> list[str]:
-    """Remove ``adapters/<id>/`` folders of replaced members (``RunDir.prune_adapters``)."""
-    return RunDir(rd).prune_adapters()
-
-
 def rank_placement(comm, device) -> dict:
     """Where this rank runs: its host, ranks, the ``CUDA_VISIBLE_DEVICES`` it ended with and its device."""
     return {"host": socket.gethostname(), "rank": comm.rank, "local_rank": comm.local_rank,

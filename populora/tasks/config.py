@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from populora.tasks.kinds.registry import all_kinds, default_kind_names, kind_names
+from populora.tasks.kinds.registry import all_kinds, default_kind_names
 from populora.tasks.safety import SafetyConfig
 
 SEED_SOURCES = ("generate", "handwritten")
@@ -114,10 +114,11 @@ class TaskEnvFields:
         object.__setattr__(self, "replicas", tuple(self.replicas))
         if isinstance(self.seeds, Mapping):
             object.__setattr__(self, "seeds", SeedConfig(**self.seeds))
-        for name, kind in all_kinds().items():  # a kind's section given as a mapping: its Knobs
+        kinds = all_kinds()
+        for name, kind in kinds.items():  # a kind's section given as a mapping: its Knobs
             if kind.Knobs is not None and isinstance(getattr(self, name, None), Mapping):
                 object.__setattr__(self, name, kind.Knobs(**getattr(self, name)))
-        known = kind_names()
+        known = list(kinds)
         bad = [t for t in self.types if t not in known]
         _need(not bad and len(self.types) > 0, "types", f"unknown task types {bad}; known: {list(known)}")
         _need(len(set(self.types)) == len(self.types), "types", f"duplicate task types in {list(self.types)}")
@@ -128,7 +129,6 @@ class TaskEnvFields:
         _need(self.max_output_chars >= 1, "max_output_chars", f"must be >= 1, got {self.max_output_chars}")
         _need(self.prompt_style in PROMPT_STYLES, "prompt_style",
               f"must be 'chat' or 'r1', got {self.prompt_style!r}")
-        kinds = all_kinds()
         for name, where in ((self.templates, "templates"), (self.seeds.templates, "seeds.templates")):
             lacking = [t for t in self.types if name not in kinds[t].templates]
             sets = sorted(set.intersection(*(set(kinds[t].templates) for t in self.types)))

@@ -167,22 +167,24 @@ SEED_PROGRAMS: tuple[tuple[str, str], ...] = (
 )
 
 
-def seed_kinds() -> list:
-    """The kinds whose teachers write the shared seed triplets, in AZR's order (``seed_order``)."""
-    return sorted((k for k in all_kinds().values() if k.seed_order is not None), key=lambda k: k.seed_order)
+def seeded_kinds() -> list:
+    """The kinds whose buffers start with the shared seed triplets (a ``seed_order``), in the
+    registry's order (code_o, code_i): the first is the kind the triplets are validated and kept as
+    before they are copied into every seeded kind's buffer."""
+    return [k for k in all_kinds().values() if k.seed_order is not None]
 
 
-def triplet_type() -> str:
-    """The kind the shared seed triplets are validated and kept as before they are copied into every
-    seeding kind's buffer: the first seeding kind in the registry's order (code_o)."""
-    return min(seed_kinds(), key=lambda k: (k.position, k.name)).name
+def seed_writers() -> list:
+    """The same kinds in the order AZR asks their teachers for seed triplets (``seed_order``: code_i,
+    then code_o)."""
+    return sorted(seeded_kinds(), key=lambda k: k.seed_order)
 
 
 def seed_proposals(task_type: str) -> list[Proposal]:
     """The hand-written seed programs as proposals of ``task_type`` (a seeding kind), teacher ``seed``."""
     if get_kind(task_type).seed_order is None:
         raise ValueError(f"seed_proposals: {task_type!r} is not seeded with program/input triplets; "
-                         f"seeding kinds: {[k.name for k in seed_kinds()]}")
+                         f"seeding kinds: {[k.name for k in seeded_kinds()]}")
     return [Proposal(type=task_type, program=p, inputs=(i,), teacher_id=SEED_TEACHER) for p, i in SEED_PROGRAMS]
 
 
@@ -191,8 +193,7 @@ def seed_buffers(sandbox, env: TaskEnv | None = None) -> TaskBuffers:
     and code_i). Raises if a seed is invalid."""
     env = env or TaskEnv()
     bufs = TaskBuffers(env.buffer_capacity)
-    proposals = [p for kind in sorted(seed_kinds(), key=lambda k: (k.position, k.name))
-                 for p in seed_proposals(kind.name)]  # one sandbox batch for all
+    proposals = [p for kind in seeded_kinds() for p in seed_proposals(kind.name)]  # one sandbox batch for all
     for proposal, verdict in zip(proposals, validate_many(proposals, sandbox, env)):
         if not verdict.valid:
             raise RuntimeError(f"seed program is invalid ({verdict.reason}):\n{proposal.program}")
@@ -290,7 +291,8 @@ def generate_seed_buffers(backend, sandbox, env: TaskEnv, sampling, rng: random.
     def validate(proposals):
         return validate_many(proposals, sandbox, env)
 
-    writers, held = seed_kinds(), triplet_type()
+    seeded = seeded_kinds()
+    held = seeded[0].name
     seeds = TaskBuffer(held)  # the shared seed triplets, deduplicated, in order found
     if cfg.source == "generate":
         identity = Proposal(type=held, program=AZR_SEED_PROGRAM, inputs=(AZR_SEED_INPUT,), teacher_id=SEED_TEACHER)
@@ -299,7 +301,7 @@ def generate_seed_buffers(backend, sandbox, env: TaskEnv, sampling, rng: random.
         rounds = 0
         while len(seeds) < cfg.target and rounds < cfg.max_rounds:
             rounds += 1
-            for kind in writers:
+            for kind in seed_writers():
                 if len(seeds) >= cfg.target:
                     break
                 pool = list(seeds)
@@ -310,7 +312,7 @@ def generate_seed_buffers(backend, sandbox, env: TaskEnv, sampling, rng: random.
                 _grow(seeds, _propose(backend, sampling, prompts, wrap, env), validate, report,
                       lambda task: as_type(task, held))
         report.rounds["code_io"] = rounds
-        if sum(report.valid[kind.name] for kind in writers) >= cfg.min_valid:
+        if sum(report.valid[kind.name] for kind in seeded) >= cfg.min_valid:
             report.source = "generated"
     if report.source == "generated":
         triplets = list(seeds)[: cfg.target]
@@ -324,7 +326,7 @@ def generate_seed_buffers(backend, sandbox, env: TaskEnv, sampling, rng: random.
         fallback.extend(list(seeds)[1:] if cfg.source == "generate" else [])  # the AZR identity left out
         triplets = list(fallback)
     for task in triplets:
-        for kind in sorted(writers, key=lambda k: (k.position, k.name)):
+        for kind in seeded:
             report.buffers.add(as_type(task, kind.name))
 
     if cfg.source == "generate":
