@@ -8,8 +8,10 @@ default action, and the step that was running loses its engine or its verifier.
 
 ``children_immune()`` blocks those signals in the calling thread while it starts such processes: a
 blocked signal mask survives ``fork`` and ``exec``, so the children start with the signals blocked
-(they stay pending there and are never delivered), and a signal sent to the trainer meanwhile stays
-pending until the block is lifted, then reaches its handler: nothing is lost. Processes we write
+(they stay pending there and are never delivered). A signal sent to the trainer meanwhile is not
+lost either: the kernel hands a process-directed signal to a thread that does not block it (vLLM's
+and torch's threads), whose C-level handler marks it for Python's main thread at once; with no such
+thread it stays pending until the block is lifted, then reaches its handler. Processes we write
 ourselves also ignore them outright (the sandbox's fork server, ``sandbox/server.py``, which runs
 without this package on its path).
 """

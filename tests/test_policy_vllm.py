@@ -3,8 +3,6 @@ logprob parity on a GPU with vLLM."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -419,6 +417,7 @@ def test_engine_seeds_differ_by_rank_and_by_run():
 def test_processes_started_in_the_block_are_immune_and_the_trainer_keeps_its_signal():
     import signal
     import subprocess
+    import threading
     import time
 
     from populora.signals import children_immune
@@ -428,8 +427,13 @@ def test_processes_started_in_the_block_are_immune_and_the_trainer_keeps_its_sig
     try:
         with children_immune():
             child = subprocess.Popen(["sleep", "30"])
-            os.kill(os.getpid(), signal.SIGUSR2)  # sent while blocked: pending, not lost
+            # Sent to this (blocked) thread: pending, not lost. A process-directed kill would be
+            # taken by any other thread left running by earlier tests (vLLM, torch), which does
+            # not block it, and the handler would run at once: also not lost, but not this test.
+            signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)
             assert got == []
+            pending = signal.sigpending()
+            assert signal.SIGUSR2 in pending
         time.sleep(0.05)
         assert got == [signal.SIGUSR2]  # delivered once the block is lifted
         child.send_signal(signal.SIGUSR2)  # Slurm signals every process of the step
