@@ -63,3 +63,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_browser)
         if "vllm" in item.keywords and not vllm:
             item.add_marker(skip_vllm)
+
+
+@pytest.fixture
+def package_tree(tmp_path):
+    """A private copy of the ``populora`` package (configs linked) for a test that adds a module to it.
+
+    Returns ``(root, env)``: run subprocesses with ``cwd=root`` and ``env``, and they import the copy
+    (the current directory and ``PYTHONPATH`` come before the editable install's finder). The checkout
+    is never written, so a second test job on it never sees the added module.
+    """
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    root = tmp_path / "tree"
+    shutil.copytree(repo / "populora", root / "populora", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "configs").symlink_to(repo / "configs")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return root, env

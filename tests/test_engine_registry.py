@@ -1,15 +1,15 @@
 """Generation engines are modules: ``populora/policy/<name>_engine.py`` is all an engine needs.
 
 The registry against docs/backends.md's table of engines, what every registered class declares, and
-a throwaway engine module written into the package: ``populora plan``, ``populora train`` and
-``populora eval`` accept it with no other file edited (each in a subprocess, as a user runs them: the
-registry is read once per process).
+a throwaway engine module written into a private copy of the package (``package_tree``): ``populora
+plan``, ``populora train`` and ``populora eval`` accept it with no other file edited (each in a
+subprocess, as a user runs them: the registry is read once per process).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import re
 import subprocess
 import sys
@@ -123,54 +123,51 @@ class ThrowawayEngine(GenerationEngine):
 '''
 
 
-def populora(*args: str, env: dict, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "populora.cli", *args], cwd=REPO, env=env, capture_output=True,
+def run_cli(*args: str, cwd: Path, env: dict, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "populora.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
 @needs_data
 @pytest.mark.slow
-def test_an_engine_is_one_module(tmp_path):
-    """Write ``populora/policy/<name>_engine.py`` (a trivial engine with one setting of its own), then
-    plan, train one step and evaluate with it; the module is removed whatever happens."""
+def test_an_engine_is_one_module(tmp_path, package_tree):
+    """Write ``populora/policy/<name>_engine.py`` (a trivial engine with one setting of its own) into a
+    private copy of the package, then plan, train one step and evaluate with it."""
+    root, env = package_tree
     name = f"t{uuid.uuid4().hex[:8]}"
-    module = REPO / "populora" / "policy" / f"{name}_engine.py"
+    (root / "populora" / "policy" / f"{name}_engine.py").write_text(ENGINE_MODULE.format(name=name))
     log = tmp_path / "engine.log"
-    env = {**os.environ, "THROWAWAY_ENGINE_LOG": str(log), "PYTHONPATH": str(REPO)}
+    env = {**env, "THROWAWAY_ENGINE_LOG": str(log)}
     tiny = str(REPO / "configs" / "tiny.yaml")
-    try:
-        module.write_text(ENGINE_MODULE.format(name=name))
+    populora = functools.partial(run_cli, cwd=root)
 
-        # the plan: the engine's section is a config key, its memory is "not modelled"
-        done = populora("plan", "--config", tiny, f"policy.engine={name}", f"policy.{name}.knob=3", env=env)
-        assert done.returncode == 0, done.stderr
-        assert f"engine {name}," in done.stdout and "not modelled" in done.stdout
-        done = populora("plan", "--config", tiny, "--json", f"policy.engine={name}", f"policy.{name}.knob=3", env=env)
-        out = json.loads(done.stdout)
-        assert out["items"]["engine"] == 0 and out["inputs"]["policy"][name] == {"knob": 3}
-        done = populora("plan", "--config", tiny, f"policy.engine={name}", f"policy.{name}.knob=0", env=env)
-        assert done.returncode == 2 and f"policy.{name}.knob must be >= 1, got 0" in done.stderr
+    # the plan: the engine's section is a config key, its memory is "not modelled"
+    done = populora("plan", "--config", tiny, f"policy.engine={name}", f"policy.{name}.knob=3", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"engine {name}," in done.stdout and "not modelled" in done.stdout
+    done = populora("plan", "--config", tiny, "--json", f"policy.engine={name}", f"policy.{name}.knob=3", env=env)
+    out = json.loads(done.stdout)
+    assert out["items"]["engine"] == 0 and out["inputs"]["policy"][name] == {"knob": 3}
+    done = populora("plan", "--config", tiny, f"policy.engine={name}", f"policy.{name}.knob=0", env=env)
+    assert done.returncode == 2 and f"policy.{name}.knob must be >= 1, got 0" in done.stderr
 
-        # a run: one self-play step generates through the engine
-        run = tmp_path / "run"
-        done = populora("train", "--config", tiny, "--run-dir", str(run), "--quiet", f"policy.engine={name}",
-                        f"policy.{name}.knob=2", "selfplay.steps=1", env=env)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert log.read_text().count("knob=2 ") >= 1
-        log.unlink()
+    # a run: one self-play step generates through the engine
+    run = tmp_path / "run"
+    done = populora("train", "--config", tiny, "--run-dir", str(run), "--quiet", f"policy.engine={name}",
+                    f"policy.{name}.knob=2", "selfplay.steps=1", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert log.read_text().count("knob=2 ") >= 1
+    log.unlink()
 
-        # the evaluation of that run: --backend takes the engine, --policy its setting
-        done = populora("eval", "--help", env=env)
-        assert name in done.stdout
-        done = populora("eval", "--runs", str(run), "--benchmarks", "gsm8k", "--limit", "2", "--model", "tiny",
-                        "--backend", name, "--policy", f"{name}.knob=5", "--max-new-tokens", "gsm8k=8",
-                        "--data-dir", str(DATA), "--workdir", str(tmp_path / "work"), env=env)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert log.read_text().count("knob=5 ") >= 1
-        scores = json.loads((tmp_path / "work" / "scores.json").read_text())
-        assert scores["provenance"]["backend"] == name and {r["key"] for r in scores["rows"]} >= {"base"}
-    finally:
-        module.unlink(missing_ok=True)
-        for cached in (module.parent / "__pycache__").glob(f"{name}_engine.*.pyc"):
-            cached.unlink(missing_ok=True)
+    # the evaluation of that run: --backend takes the engine, --policy its setting
+    done = populora("eval", "--help", env=env)
+    assert name in done.stdout
+    done = populora("eval", "--runs", str(run), "--benchmarks", "gsm8k", "--limit", "2", "--model", "tiny",
+                    "--backend", name, "--policy", f"{name}.knob=5", "--max-new-tokens", "gsm8k=8",
+                    "--data-dir", str(DATA), "--workdir", str(tmp_path / "work"), env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert log.read_text().count("knob=5 ") >= 1
+    scores = json.loads((tmp_path / "work" / "scores.json").read_text())
+    assert scores["provenance"]["backend"] == name and {r["key"] for r in scores["rows"]} >= {"base"}
+    assert not (REPO / "populora" / "policy" / f"{name}_engine.py").exists()  # the checkout was never written
     assert name not in engines()  # this process never imported it

@@ -1,11 +1,10 @@
-"""A task kind with a setting of its own is ONE module: written into populora/tasks/kinds/, it is in
-the task environment (its ``tasks.<kind>:`` section, validated), in validation, and in a training run
+"""A task kind with a setting of its own is ONE module: written into populora/tasks/kinds/ (of a
+private copy of the package, ``package_tree``), it is in the task environment (its ``tasks.<kind>:`` section, validated), in validation, and in a training run
 started with it, with no other file edited."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -77,24 +76,21 @@ print("ok")
 
 
 @pytest.mark.slow
-def test_a_task_kind_with_a_knob_is_one_module(tmp_path):
+def test_a_task_kind_with_a_knob_is_one_module(tmp_path, package_tree):
+    root, env = package_tree
     name = f"code_t{uuid.uuid4().hex[:6]}"
-    path = KINDS / f"{name}.py"
-    path.write_text(MODULE.format(name=name))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    try:
-        check = subprocess.run([sys.executable, "-c", CHECK, name], cwd=ROOT, env=env, capture_output=True,
-                               text=True, timeout=300)
-        assert check.returncode == 0 and check.stdout.strip() == "ok", check.stderr[-3000:]
-        run = tmp_path / "run"
-        train = subprocess.run(
-            [sys.executable, "-m", "populora.cli", "train", "--quiet", "--config", "configs/tiny.yaml",
-             "selfplay.steps=1", f"tasks.types=[code_o,code_i,code_f,{name}]", "selfplay.sequences_per_adapter=12",
-             f"tasks.{name}.max_input_chars=8", f"run.dir={run}"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert train.returncode == 0, train.stderr[-3000:]
-        row = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
-        assert f"teacher/{name}/valid_rate" in row  # its teachers proposed, under its own name
-        assert "max_input_chars: 8" in (run / "config.yaml").read_text()
-    finally:
-        path.unlink(missing_ok=True)
+    (root / "populora" / "tasks" / "kinds" / f"{name}.py").write_text(MODULE.format(name=name))
+    check = subprocess.run([sys.executable, "-c", CHECK, name], cwd=root, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert check.returncode == 0 and check.stdout.strip() == "ok", check.stderr[-3000:]
+    run = tmp_path / "run"
+    train = subprocess.run(
+        [sys.executable, "-m", "populora.cli", "train", "--quiet", "--config", "configs/tiny.yaml",
+         "selfplay.steps=1", f"tasks.types=[code_o,code_i,code_f,{name}]", "selfplay.sequences_per_adapter=12",
+         f"tasks.{name}.max_input_chars=8", f"run.dir={run}"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-3000:]
+    row = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert f"teacher/{name}/valid_rate" in row  # its teachers proposed, under its own name
+    assert "max_input_chars: 8" in (run / "config.yaml").read_text()
+    assert not (KINDS / f"{name}.py").exists()  # the checkout was never written
