@@ -100,7 +100,7 @@ def test_the_release_table_covers_the_declared_range():
 def test_every_engine_keyword_exists_in_every_supported_release(sleep):
     from populora.policy import PolicyConfig
     from populora.policy.vllm_api import supported_versions, table
-    from populora.policy.vllm_engine import engine_kwargs
+    from populora.policy.vllm_launch import engine_kwargs
 
     cfg = PolicyConfig(engine="vllm", model="tiny", device="cuda", lora={"rank": 32},
                        vllm={"sleep_between_phases": sleep, "load_format": "dummy"})  # every optional keyword
@@ -123,7 +123,7 @@ def test_every_engine_keyword_exists_in_every_supported_release(sleep):
 def test_an_option_the_installed_vllm_lacks_is_an_error_naming_it():
     from populora.policy import PolicyConfig
     from populora.policy.vllm_api import table
-    from populora.policy.vllm_engine import VLLMEngineError, engine_kwargs
+    from populora.policy.vllm_launch import VLLMEngineError, engine_kwargs
 
     old = table()["0.6.6.post1"]
     available = set(old["EngineArgs"]) | set(old["LLM"])
@@ -351,7 +351,8 @@ def test_vllm_engine_publishes_new_versions_and_routes_per_prompt(monkeypatch, t
 
 
 def test_the_engine_refuses_a_memory_share_that_is_not_free(monkeypatch):
-    from populora.policy.vllm_engine import VLLMEngine, VLLMEngineError
+    from populora.policy.vllm_engine import VLLMEngine
+    from populora.policy.vllm_launch import VLLMEngineError
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (40 * 2**30, 80 * 2**30))
     with pytest.raises(VLLMEngineError, match=r"gpu_memory_utilization=0.85 .* at most 0.50"):
@@ -363,7 +364,7 @@ def test_the_engine_refuses_a_memory_share_that_is_not_free(monkeypatch):
 def test_the_cpu_platform_gets_float32_a_kv_cache_in_gib_and_no_sleep_mode():
     from populora.policy import PolicyConfig, PolicyConfigError
     from populora.policy.vllm_api import table
-    from populora.policy.vllm_engine import VLLMEngineError, engine_kwargs
+    from populora.policy.vllm_launch import VLLMEngineError, engine_kwargs
 
     api = table()["0.33.0"]
     available = set(api["EngineArgs"]) | set(api["LLM"])
@@ -388,14 +389,14 @@ def test_the_cpu_platform_gets_float32_a_kv_cache_in_gib_and_no_sleep_mode():
     ([3], 2, ["3", "3"]),  # fewer cores than ranks: they share
 ])
 def test_each_local_rank_binds_its_own_cores(cores, world, expected):
-    from populora.policy.vllm_engine import omp_binding
+    from populora.policy.vllm_launch import omp_binding
 
     assert [omp_binding(cores, r, world) for r in range(world)] == expected
 
 
 def test_each_rank_has_its_own_compile_cache_and_cores():
     from populora.policy.engine import EngineContext
-    from populora.policy.vllm_engine import engine_environment
+    from populora.policy.vllm_launch import engine_environment
 
     ctx = EngineContext(seed=1, rank=3, local_rank=1, local_world=2)
     env = engine_environment(ctx, "cpu", {"VLLM_CACHE_ROOT": "/scratch/vllm"}, [0, 1, 2, 3])
@@ -449,7 +450,7 @@ def test_processes_started_in_the_block_are_immune_and_the_trainer_keeps_its_sig
 
 
 def test_an_engine_whose_memory_went_to_another_gpu_is_refused():
-    from populora.policy.vllm_engine import placement_problem
+    from populora.policy.vllm_launch import placement_problem
 
     gib = 2**30
     # 80 GiB GPU, share 0.45: the engine took 36 GiB of this rank's device

@@ -1,14 +1,15 @@
 """The part of vLLM's Python API the vLLM engine uses, per vLLM version, read from vLLM's source.
 
 vLLM changes its API often (engine arguments appear and are renamed, output fields move, the LoRA
-ranks it serves grow). The engine (``vllm_engine.py``) passes keyword arguments to ``vllm.LLM``
-(which forwards unknown ones to ``EngineArgs``), ``SamplingParams`` and ``LoRARequest``, and reads
-fields of the outputs. ``data/vllm_api.json`` records, for each vLLM release listed there, the names
-those take and the LoRA ranks it serves, taken from the release's own source files (parsed, never
-imported); ``tests/test_policy_vllm.py`` checks that every keyword and field the engine uses is in
-the table for every version in the range the project declares (``SUPPORTED``), so a version error is
-caught without vLLM or a GPU. At run time the engine also checks the installed vLLM (``engine_kwargs``
-drops or refuses what it lacks, naming the option).
+ranks it serves grow). The engine (``vllm_engine.py``, its start in ``vllm_launch.py``) passes
+keyword arguments to ``vllm.LLM`` (which forwards unknown ones to ``EngineArgs``),
+``SamplingParams`` and ``LoRARequest``, and reads fields of the outputs. ``data/vllm_api.json``
+records, for each vLLM release listed there, the names those take and the LoRA ranks it serves,
+taken from the release's own source files (parsed, never imported); ``tests/test_policy_vllm.py``
+checks that every keyword and field the engine uses is in the table for every version in the range
+the project declares (``SUPPORTED``), so a version error is caught without vLLM or a GPU. At run
+time the engine also checks the installed vLLM (``engine_kwargs`` drops or refuses what it lacks,
+naming the option).
 
 Regenerate the table from unpacked wheels (``pip download vllm==X --no-deps``; unzip ``vllm/`` of
 each into ``DIR/<version>/``)::
