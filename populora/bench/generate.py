@@ -92,7 +92,6 @@ def bench_model(model: str, engine: str, args: argparse.Namespace) -> dict:
 
     from populora.policy import make_backend
     from populora.policy.base import GenerationRequest, SamplingParams
-    from populora.policy.engine import engine_class
 
     sampling = SamplingParams(temperature=0, max_new_tokens=per_model(args.new_tokens, model))
     set_num_threads = torch.set_num_threads  # an in-process vLLM on CPU replaces it with a no-op
@@ -116,9 +115,8 @@ def bench_model(model: str, engine: str, args: argparse.Namespace) -> dict:
                     out[i] = res
             return out
 
-        def fresh():  # HF keeps nothing between calls; vLLM would reuse the prompts' KV blocks
-            if engine == "vllm":
-                be.engine.llm.reset_prefix_cache()
+        def fresh():  # every arm computes its prompts (vLLM would reuse their KV blocks)
+            be.engine.reset_prefix_cache()
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
 
@@ -139,11 +137,10 @@ def bench_model(model: str, engine: str, args: argparse.Namespace) -> dict:
                     tokens = sum(map(len, ids))
                     arms[arm] = {"seconds": dt, "tokens": tokens, "tokens_per_s": tokens / dt, "ids": ids}
         zero_base = bool(getattr(be.engine, "base_via_zero_adapter", False))
+        in_process = not be.engine.process_ids()  # it computes with this process's threads
     finally:
         be.close()
         torch.set_num_threads = set_num_threads  # so that later backends (and `bench all`) set theirs
-    # an engine without processes of its own computes with this process's threads
-    in_process = engine_class(engine).cuda_processes == 0 or os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
     tps = {arm: arms[arm]["tokens_per_s"] for arm in ARMS}
     return {
         "model": model, "engine": engine, "device": str(be.device), "adapters": args.adapters,

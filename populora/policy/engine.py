@@ -124,6 +124,15 @@ class GenerationEngine(ABC):
     def sleep(self) -> None:  # noqa: B027 - optional: engines that hold GPU memory of their own
         """Free GPU memory for the trainer until the next ``generate``."""
 
+    def process_ids(self) -> list[int]:
+        """Pids of the processes of its own that compute its generations; default none: it computes
+        in this process, with this process's threads."""
+        return []
+
+    def reset_prefix_cache(self) -> None:  # noqa: B027 - optional: engines that keep prompts' KV blocks
+        """Forget the KV blocks of prompts seen before, so that the next call computes them again
+        (``populora bench generate`` times its arms on the same prompts)."""
+
     def close(self) -> None:  # noqa: B027 - optional
         """Release the engine."""
 

@@ -230,6 +230,10 @@ class VLLMEngine(GenerationEngine):
         """Pids of the processes the engine started (empty when it runs in this process)."""
         return [p.pid for p in self.watch.processes]
 
+    def reset_prefix_cache(self) -> None:
+        if self._llm is not None:
+            self.watch.call(self._llm.reset_prefix_cache)
+
     @staticmethod
     def _check_free_memory(utilization: float) -> None:
         """vLLM refuses to start when less than ``utilization`` of the GPU is free; say so first, with
