@@ -74,3 +74,13 @@ def test_sweep_refuses_unbound_data_before_anything_is_written(tmp_path, monkeyp
         sweep.submit_sweep(plan)
     assert not (tmp_path / "sw").exists()
     assert "would refuse to submit: benchmark data" in sweep.dry_run_text(plan)
+
+
+def test_a_dry_run_that_would_be_refused_exits_1(tmp_path, capsys):
+    from populora.cli import build_parser
+
+    args = build_parser().parse_args(["sweep", str(REPO / "configs" / "sweeps" / "populations-7b.yaml"),
+                                      "--out", str(tmp_path / "sw"), "--dry-run"])
+    assert args.func(args) == 1
+    assert "would refuse to submit: benchmark data" in capsys.readouterr().out
+    assert not (tmp_path / "sw").exists()

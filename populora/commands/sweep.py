@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("target", nargs="+", metavar="SWEEP.yaml | status DIR",
                    help="a sweep file to submit, or `status` and a sweep directory")
-    p.add_argument("--dry-run", action="store_true", help="print the runs and sbatch scripts; submit nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the runs and sbatch scripts; submit nothing (exit 1 if the submission would be refused)")
     p.add_argument("--profile", help="cluster profile of the training jobs (name in slurm/profiles or a YAML path)")
     p.add_argument("--eval-profile", help="cluster profile of the evaluation jobs (default: the sweep file's "
                    "eval_profile, else one GPU and one rank's CPUs and memory of the training profile); "
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         plan = sweep.build_plan(spec, args.out, args.profile, eval_profile=args.eval_profile)
         if args.dry_run:
             print(sweep.dry_run_text(plan))
-            return 0
+            return 1 if sweep.container_problems(plan)[0] else 0  # 1: the submission would be refused
         manifest = sweep.submit_sweep(plan)
         print(sweep.describe_submission(manifest))
         if args.wait:
