@@ -116,9 +116,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
             try:
                 preset = OmegaConf.load(path)
             except yaml.YAMLError as e:  # one line: where and what, not the parser's traceback
-                mark = getattr(e, "problem_mark", None)
-                at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-                raise ConfigError(f"{path}: YAML syntax error{at}: {getattr(e, 'problem', None) or e}") from None
+                raise _yaml_error(e, str(path)) from None
             if not isinstance(preset, DictConfig):
                 raise ConfigError(f"{path}: a config file must be a YAML mapping of sections, not a list")
             if len(preset) == 0:
@@ -147,11 +145,20 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     return cfg
 
 
-def _named(e: OmegaConfBaseException, where: str) -> ConfigError:
-    """omegaconf's error as one line naming where and the key."""
+def _named(e: OmegaConfBaseException, where: str | None) -> ConfigError:
+    """omegaconf's error as one line naming where (if given) and the key."""
     key = getattr(e, "full_key", None)
     msg = str(e).splitlines()[0]
-    return ConfigError(f"{where}: key {key!r}: {msg}" if key else f"{where}: {msg}")
+    text = f"key {key!r}: {msg}" if key else msg
+    return ConfigError(f"{where}: {text}" if where else text)
+
+
+def _yaml_error(e: yaml.YAMLError, where: str | None) -> ConfigError:
+    """A YAML parser's error as one line: where (if given), the line and column, and the problem."""
+    mark = getattr(e, "problem_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    text = f"YAML syntax error{at}: {getattr(e, 'problem', None) or e}"
+    return ConfigError(f"{where}: {text}" if where else text)
 
 
 def _renamed(node: DictConfig, where: str) -> DictConfig:
@@ -178,13 +185,9 @@ def config_from_yaml_text(text: str, overrides: list[str] | tuple[str, ...] = ()
         merged = OmegaConf.merge(*layers)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(f"YAML syntax error{at}: {getattr(e, 'problem', None) or e}") from None
+        raise _yaml_error(e, None) from None
     except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None)
-        msg = str(e).splitlines()[0]
-        raise ConfigError(f"key {key!r}: {msg}" if key else msg) from None
+        raise _named(e, None) from None
     except ValueError as e:
         if isinstance(e, ConfigError):
             raise

@@ -5,13 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from populora.tasks.blocks import answer_field, extract_answer
 from populora.tasks.config import TaskEnv
-from populora.tasks.parsing import (
-    answer_field,
-    extract_answer,
-    parse_proposal,
-    parse_student_answer,
-)
+from populora.tasks.parsing import parse_proposal, parse_student_answer
 from populora.tasks.records import CODE_F, CODE_I, CODE_O, FORMAT
 
 ENV = TaskEnv(require_think=False)  # answers in <answer> tags, no reasoning required

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from populora.errors import ConfigError
 from populora.tasks.kinds.registry import all_kinds, default_kind_names
 from populora.tasks.safety import SafetyConfig
 
@@ -52,12 +53,12 @@ class SeedConfig:
 
     def __post_init__(self) -> None:
         if self.source not in SEED_SOURCES:
-            raise ValueError(f"key 'tasks.seeds.source': must be one of {SEED_SOURCES}, got {self.source!r}")
+            raise ConfigError(f"key 'tasks.seeds.source': must be one of {SEED_SOURCES}, got {self.source!r}")
         for key in ("target", "batch", "max_rounds", "min_valid"):
             value = getattr(self, key)
             low = 0 if key == "min_valid" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"key 'tasks.seeds.{key}': must be an integer >= {low}, got {value!r}")
+                raise ConfigError(f"key 'tasks.seeds.{key}': must be an integer >= {low}, got {value!r}")
 
 
 @lru_cache(maxsize=1)
@@ -68,7 +69,7 @@ def default_safety() -> SafetyConfig:
 
 def _need(cond: bool, key: str, msg: str) -> None:
     if not cond:
-        raise ValueError(f"key 'tasks.{key}': {msg}")
+        raise ConfigError(f"key 'tasks.{key}': {msg}")
 
 
 @dataclass(frozen=True)

@@ -37,18 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from populora.tasks.blocks import (  # noqa: F401 - the text-level rules, re-exported for callers of this module
-    ANSWER_CLOSE,
-    ANSWER_OPEN,
-    THINK_CLOSE,
-    answer_field,
-    blocks_of_kind,
-    extract_answer,
-    fenced_blocks,
-    last_block,
-    pick_block,
-    think_format_ok,
-)
+from populora.tasks.blocks import answer_field, extract_answer, think_format_ok
 from populora.tasks.kinds.registry import get_kind
 from populora.tasks.records import FORMAT, Proposal
 
