@@ -62,6 +62,20 @@ def append_jsonl(path: Path, rows: Iterable[dict], *, sort_keys: bool = False, f
             os.fsync(f.fileno())
 
 
+def _reads_alone(config_text: str) -> bool:
+    """Whether a saved config reads without overrides (its renamed-key warnings were shown once)."""
+    import warnings
+
+    from populora.config import ConfigError, config_from_yaml_text
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config_from_yaml_text(config_text)
+    except ConfigError:
+        return False
+    return True
+
 class RunDir:
     """The files of one run directory (see the module docstring). Cheap to make: nothing is read
     until asked."""
@@ -224,9 +238,9 @@ class RunDir:
         try:
             return config_from_yaml_text(text, overrides)
         except ConfigError as e:
-            # an error about a key an override sets is the override's (a resume overrides a few keys)
-            ours = any(f"'{o.split('=', 1)[0].strip()}'" in str(e) for o in overrides)
-            where = "command-line overrides" if ours else str(self.config_file)
+            # the overrides' error when the saved config reads without them (checked on this error
+            # path only: a good resume reads the config once)
+            where = "command-line overrides" if overrides and _reads_alone(text) else str(self.config_file)
             raise ConfigError(f"{where}: {e}") from None
 
     def read_metrics(self) -> list[dict]:

@@ -10,7 +10,6 @@ import pytest
 from populora.policy.adapters import AdapterWeights
 from populora.population.evolution import EvolutionConfig, pbt_step, replace_weakest
 from populora.population.members import (
-    LineageLog,
     Member,
     family_edges,
     founder_record,
@@ -20,6 +19,7 @@ from populora.population.members import (
 )
 from populora.population.ratings import Rating, RatingConfig, prior
 from populora.population.validation import ConfigError, from_mapping
+from populora.run_dir import RunDir
 
 RCFG = RatingConfig()
 SHAPES = {"model.layers.0.self_attn.q_proj": (8, 8), "model.layers.0.mlp.down_proj": (12, 8)}
@@ -44,18 +44,19 @@ def test_member_json_round_trip_and_lineage_log(tmp_path):
     back = members_from_json(members_to_json([*members, child]))
     assert back == [*members, child]
     assert back[-1].rating == Rating(24.0, 5.0) and back[-1].parents == ("t0", "t1")
-    log = LineageLog(tmp_path / "run" / "lineage.jsonl")
-    log.append(founder_record(m) for m in members)
-    log.append([{"event": "replacement", "step": 20, "member": child.to_dict(), "replaced": "t1"}])
-    records = log.read()
+    log = RunDir(tmp_path / "run")
+    log.append_lineage(founder_record(m) for m in members)
+    log.append_lineage([{"event": "replacement", "step": 20, "member": child.to_dict(), "replaced": "t1"}])
+    records = log.read_lineage()
     assert len(records) == 6 and records[-1]["replaced"] == "t1"
     assert family_edges(records) == [("t0", "t1-20", "dare"), ("t1", "t1-20", "dare")]
     with pytest.raises(ValueError, match="role must be one of"):
         Member("x", "judge", "x", prior(RCFG))
     assert Member("a0", "agent", "a0", prior(RCFG)).role == "agent"  # the single-agent baseline
-    (tmp_path / "bad.jsonl").write_text('{"event": "founder"}\nnot json\n')
-    with pytest.raises(ValueError, match="bad.jsonl:2: invalid lineage record"):
-        LineageLog(tmp_path / "bad.jsonl").read()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "lineage.jsonl").write_text('{"event": "founder"}\nnot json\n')
+    with pytest.raises(ValueError, match="lineage.jsonl:2: invalid lineage record"):
+        RunDir(tmp_path / "bad").read_lineage()
 
 
 def test_config_validation_names_key_and_value():

@@ -130,3 +130,21 @@ def test_a_damaged_saved_config_is_named(tmp_path, capsys, text, match):
     assert str(e.value).startswith(f"{rd / 'config.yaml'}: ")
     code, err = _cli_resume(rd, capsys)
     assert code == 2 and err.count("\n") == 1 and "config.yaml" in err
+
+
+def test_a_resume_error_names_the_overrides_or_the_saved_config(tmp_path):
+    from populora.run_dir import RunDir
+
+    rd = _run_dir(tmp_path)
+    # the saved config reads alone: the error is the override's (an omegaconf type error, and a
+    # value the run section's own check refuses)
+    for bad in ("selfplay.steps=abc", "run.collective_timeout_s=-1"):
+        with pytest.raises(ConfigError, match=r"^command-line overrides: ") as e:
+            RunDir(rd).read_config([bad])
+        assert bad.split("=")[0].split(".")[-1] in str(e.value)
+    # a damaged saved config is the file's, with or without a (good) override
+    (rd / "config.yaml").write_text("policy: {rank: 3}\n")
+    for overrides in ([], ["selfplay.steps=9"]):
+        with pytest.raises(ConfigError, match="rank") as e:
+            RunDir(rd).read_config(overrides)
+        assert str(e.value).startswith(f"{rd / 'config.yaml'}: ")

@@ -2,20 +2,17 @@
 
 A ``Member`` is one adapter playing one role (teacher or student) in one slot of the population.
 When PBT replaces a member, the child gets the same role and slot but a fresh id and adapter
-name, so ids are unique over a whole run and the lineage log (JSON lines, one record per birth)
-is enough to draw the family tree.
+name, so ids are unique over a whole run and the lineage log (JSON lines, one record per birth:
+``RunDir.append_lineage`` / ``read_lineage``) is enough to draw the family tree.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from populora.jsonl import read_jsonl
 from populora.population.ratings import Rating
 
 TEACHER = "teacher"
@@ -101,30 +98,6 @@ def members_from_json(text: str) -> list[Member]:
 # -- lineage -----------------------------------------------------------------------------------
 def founder_record(m: Member, step: int = 0) -> dict[str, Any]:
     return {"event": "founder", "step": step, "member": m.to_dict(), "replaced": None}
-
-
-class LineageLog:
-    """Append-only JSON-lines file of every birth (``founder`` and ``replacement`` records).
-
-    A ``replacement`` record holds the child (with parents, operator, params, seed), the id of
-    the member it replaced and that member's final rating, so the whole family tree and the
-    survival time of each member can be read back from this one file.
-    """
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-
-    def append(self, records: Iterable[dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            for r in records:
-                f.write(json.dumps(r, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def read(self) -> list[dict[str, Any]]:
-        """Every record; any malformed line (even the last) is an error naming file and line."""
-        return read_jsonl(self.path, strict=True, what="lineage record")
 
 
 def family_edges(records: Iterable[dict[str, Any]]) -> list[tuple[str, str, str]]:

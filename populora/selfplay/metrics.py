@@ -13,7 +13,6 @@ receive every row after it is on disk.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -22,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from populora.jsonl import step_of, truncate_jsonl
-from populora.run_dir import RunDir
+from populora.run_dir import RunDir, append_jsonl
 
 TIME_PREFIX = "time/"
 # the per-type and per-member rates a step reports (``selfplay.stages.step_rates``); the run summary
@@ -140,10 +139,7 @@ class MetricsLog:
 
     def log(self, step: int, metrics: dict) -> None:
         row = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}
-        with open(self.path, "a") as f:
-            f.write(json.dumps(row, sort_keys=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_jsonl(self.path, [row], fsync=True)
         if self._tb is not None:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):

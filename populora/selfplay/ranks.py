@@ -59,7 +59,7 @@ class Ranks:
     def replace_member(self, old: str, new: str, order: Sequence[str]) -> None:
         """``new`` takes ``old``'s slot and ranks; ``order`` is the members' slot order afterwards."""
         ranks = self.placement.pop(old)
-        self.placement = {mid: self.placement.get(mid, ranks) for mid in order}
+        self.placement = {mid: ranks if mid == new else self.placement[mid] for mid in order}
 
     def trains(self, member_id: str) -> bool:
         """Whether this rank trains the member (holds its optimizer state)."""

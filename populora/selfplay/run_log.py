@@ -14,8 +14,6 @@ from pathlib import Path
 
 from populora.run_dir import RunDir
 
-LOG_FILE = RunDir.LOG
-
 
 def route_library_output(rd: Path) -> Callable[[], None]:
     """Send warnings and library logs to ``rd/train.log``; returns the function that undoes it."""

@@ -25,7 +25,6 @@ from pathlib import Path
 from populora.config import Config, ConfigError, wandb_mode
 from populora.run_dir import RunDir
 
-ID_FILE = RunDir.WANDB_ID
 DEFAULT_PROJECT = "populora"
 LINEAGE_COLUMNS = ("step", "event", "member", "role", "operator", "parents", "replaced")
 
