@@ -159,10 +159,10 @@ def same_tokens(a: list[list[int]], b: list[list[int]]) -> int:
 def run(args: argparse.Namespace) -> int:
     from populora.policy.engine import engine_names
 
-    names = engines(args.engines)
-    unknown = [e for e in names if e not in engine_names()]
+    names, known = engines(args.engines), engine_names()
+    unknown = [e for e in names if e not in known]
     if unknown or not names:
-        print(f"error: --engines takes engines of {engine_names()}, got {args.engines!r}")
+        print(f"error: --engines takes engines of {known}, got {args.engines!r}")
         return 2
     if "vllm" in names:
         where = {k: "from the environment" if k in os.environ else "set by the benchmark" for k in VLLM_ENV}

@@ -150,6 +150,7 @@ def run_training(cfg, device: str):
     caller generates with the backend, then closes it)."""
     import torch
 
+    from populora.plan.memory import cuda_contexts
     from populora.policy.engine import engine_class
     from populora.policy.hf import HFBackend
 
@@ -203,7 +204,7 @@ def run_training(cfg, device: str):
             _, step = cuda_peak_bytes(lambda: update(backend, name, batch, cfg))
             memory.append(Measure("training_step", float(step), "torch.cuda.max_memory_allocated during a second "
                                   "update of the first member, above memory_allocated at its start"))
-            contexts = 1 + engine_class(policy.engine).cuda_processes  # the trainer's + the engine's own
+            contexts = cuda_contexts(engine_class(policy.engine))  # the trainer's + the engine's own
             per_process = (f" x {contexts} processes (the trainer + the {policy.engine} engine's), as the plan counts"
                            if contexts > 1 else "")
             memory.append(Measure("cuda_context", ctx * contexts,

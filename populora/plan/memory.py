@@ -284,6 +284,12 @@ ITEMS = ("base_weights", "engine", "trainer", "adapters_optimizer", "activations
 CHECKPOINTING = "policy.gradient_checkpointing"
 
 
+def cuda_contexts(engine) -> int:
+    """CUDA contexts on a rank's GPU: the trainer's, and one per process of the engine's own
+    (``GenerationEngine.cuda_processes``)."""
+    return 1 + engine.cuda_processes
+
+
 def plan(p: PlanInputs, gpu_gib: float = 80.0, min_headroom: float = DEFAULT_MIN_HEADROOM, *, with_fixes: bool = True) -> Plan:
     """The memory plan of ``p`` on a device of ``gpu_gib`` GiB (for CPU runs: the RAM budget)."""
     on_gpu = p.device.startswith("cuda")
@@ -296,7 +302,7 @@ def plan(p: PlanInputs, gpu_gib: float = 80.0, min_headroom: float = DEFAULT_MIN
     details["activations_without_checkpointing_gib"] = activation_bytes(p.with_settings({CHECKPOINTING: False})) / GIB
     details["activations_with_checkpointing_gib"] = activation_bytes(p.with_settings({CHECKPOINTING: True})) / GIB
     details["logits_unchunked_gib"] = unchunked_logits_bytes(p) / GIB
-    contexts = (1 + engine.cuda_processes) * CUDA_CONTEXT_GIB * GIB if on_gpu else 0.0
+    contexts = cuda_contexts(engine) * CUDA_CONTEXT_GIB * GIB if on_gpu else 0.0
     items = {
         "base_weights": base_weight_bytes(p), "engine": own.awake, "trainer": trainer_bytes(p),
         "adapters_optimizer": adapters_optimizer_bytes(p), "activations": activation_bytes(p),

@@ -71,6 +71,7 @@ from populora.policy.vllm_launch import (
     engine_platform,
     engine_start,
     import_vllm,
+    model_len,
     placement_problem,
     resolved_device,
 )
@@ -179,7 +180,7 @@ class VLLMEngine(GenerationEngine):
         v = config.vllm
         root = Path(v.adapter_dir) if v.adapter_dir else Path(tempfile.mkdtemp(prefix="populora-lora-"))
         self.registry = LoraRegistry(root, base_model_name=config.model)
-        self.max_model_len = v.max_model_len or config.max_prompt_tokens + (max_new_tokens or DEFAULT_NEW_TOKENS)
+        self.max_model_len = model_len(config, max_new_tokens or DEFAULT_NEW_TOKENS)
         self.base_via_zero_adapter = self.platform == "cpu"  # the CPU base-row bug (module docstring)
         self._llm = None  # created at the first generate, when the population size is known
         self._start_failure: EngineFailure | None = None  # raised again: a second start would fail too

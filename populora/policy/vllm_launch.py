@@ -97,6 +97,12 @@ def engine_dtype(config: PolicyConfig, platform: str = "cuda") -> torch.dtype:
     return getattr(torch, engine_dtype_name(config, platform))
 
 
+def model_len(config: PolicyConfig, new_tokens: int) -> int:
+    """vLLM's ``max_model_len``: ``policy.vllm.max_model_len``, or 0 = ``policy.max_prompt_tokens`` +
+    ``new_tokens`` (the longest completion asked for: what the KV cache must hold for one sequence)."""
+    return config.vllm.max_model_len or config.max_prompt_tokens + new_tokens
+
+
 def engine_kwargs(config: PolicyConfig, max_loras: int, max_model_len: int, available: set[str],
                   version: str = "installed", platform: str = "cuda", seed: int = 0) -> dict:
     """Keyword arguments of ``vllm.LLM`` for ``config`` on ``platform``, checked against ``available``

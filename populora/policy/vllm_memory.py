@@ -15,6 +15,7 @@ not imported, so this module stays below the plan.
 from __future__ import annotations
 
 from populora.policy.engine_memory import EngineMemory, Knob
+from populora.policy.vllm_launch import model_len
 
 GIB = float(1 << 30)
 
@@ -27,9 +28,9 @@ SHARE_STEPS = [round(0.05 * k, 2) for k in range(1, 20)]  # shares the fix searc
 
 
 def max_model_len(inputs) -> int:
-    """The tokens of one sequence the engine sizes its KV cache for, as ``VLLMEngine`` does:
-    ``policy.vllm.max_model_len``, or 0 = ``policy.max_prompt_tokens`` + the longest completion."""
-    return inputs.policy.vllm.max_model_len or inputs.policy.max_prompt_tokens + inputs.new_tokens
+    """The tokens of one sequence the engine sizes its KV cache for (``vllm_launch.model_len``, as
+    ``VLLMEngine`` computes it) for the plan's longest completion."""
+    return model_len(inputs.policy, inputs.new_tokens)
 
 
 def vllm_parts(inputs, gpu_gib: float) -> dict[str, float]:
