@@ -60,8 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
+    from populora.extras import MissingExtra
+
     try:
         return int(args.func(args) or 0)
+    except MissingExtra as e:  # an optional part is not installed: one line naming the extra
+        print(f"populora {args.command}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
