@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from populora.config import load_config
+from populora.rl import update as update_mod
 from populora.selfplay import stages
-from populora.selfplay import update as update_mod
 from populora.selfplay.loop import SelfPlay
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
@@ -71,27 +71,35 @@ def test_sandbox_failure_rejects_the_batch_without_crashing(sp, monkeypatch):
     assert row["teacher/valid_tasks"] == 0
 
 
-def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
-    real_loss = update_mod.policy_loss
+@pytest.mark.parametrize("strategy", ["sequential", "fused"])
+def test_nan_loss_restores_last_good_weights(sp, monkeypatch, strategy):
+    """Whichever update strategy runs, a member whose loss is NaN goes back to its last good weights
+    (with a fresh optimizer) and the others train."""
+    monkeypatch.setattr(sp.cfg.rl, "update_strategy", strategy)
+    real_loss = update_mod.member_loss
     target = next(m for m in sp.members.values() if m.role == "student").adapter
-    state = {"adapter": None}
+    target_id = next(i for i, m in sp.members.items() if m.adapter == target)
+    state = {"batch": []}
+    real_batches = stages.training_batches
 
-    def nan_for_target(*args, **kwargs):
-        loss, stats = real_loss(*args, **kwargs)
-        if state["adapter"] == target:
-            # a corrupted update in flight: the live weights are already damaged when the NaN shows
-            sp.backend.set_weights(target, sp.backend.get_weights(target).map(lambda m, a, b: (a + 1.0, b - 1.0)))
+    def recording(*args, **kwargs):
+        batches, usage = real_batches(*args, **kwargs)
+        state["batch"] = batches[target_id]
+        return batches, usage
+
+    def nan_for_target(logprobs, mask, entropy, seqs, *args, **kwargs):
+        loss, stats = real_loss(logprobs, mask, entropy, seqs, *args, **kwargs)
+        if any(s is t for s in seqs for t in state["batch"]):
+            # a corrupted update in flight: the live weights are already damaged when the NaN shows (through
+            # .data: the autograd graph of a fused pass, which other members' losses still go back through,
+            # does not see it)
+            for i, p in enumerate(sp.backend.trainable_parameters(target)):
+                p.data.add_(1.0 if i % 2 == 0 else -1.0)
             loss = loss * float("nan")
         return loss, stats
 
-    real_train = update_mod.train_member
-
-    def tracking(backend, adapter, *args, **kwargs):
-        state["adapter"] = adapter
-        return real_train(backend, adapter, *args, **kwargs)
-
-    monkeypatch.setattr(update_mod, "policy_loss", nan_for_target)
-    monkeypatch.setattr("populora.selfplay.ranks.train_member", tracking)
+    monkeypatch.setattr(stages, "training_batches", recording)
+    monkeypatch.setattr(update_mod, "member_loss", nan_for_target)
     before = _weights(sp)
     row = sp.step(1)
     mid = next(i for i, m in sp.members.items() if m.adapter == target)
@@ -103,7 +111,7 @@ def test_nan_loss_restores_last_good_weights(sp, monkeypatch):
     assert all(row[f"train/{i}/nan_restored"] == 0 for i in others)
     assert all(row[f"adapter/{i}/optimizer_steps"] == 1 for i in others)
     # the adapter trains normally again at the next step, with a fresh optimizer
-    monkeypatch.setattr(update_mod, "policy_loss", real_loss)
+    monkeypatch.setattr(update_mod, "member_loss", real_loss)
     row2 = sp.step(2)
     assert row2[f"train/{mid}/nan_restored"] == 0 and row2[f"adapter/{mid}/optimizer_steps"] == 1
     assert all(torch.isfinite(a).all() for a, _ in sp.backend.get_weights(target).tensors.values())

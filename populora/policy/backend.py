@@ -96,6 +96,10 @@ class Policy(PolicyBackend):
         return self.trainer.completion_logprobs(adapter, prompt_ids, completion_ids, with_grad=with_grad,
                                                 with_entropy=with_entropy)
 
+    def fused_logprobs(self, adapters, prompt_ids, completion_ids, *, with_entropy=False) -> TokenLogprobs:
+        self.engine.sleep()
+        return self.trainer.fused_logprobs(adapters, prompt_ids, completion_ids, with_entropy=with_entropy)
+
     def trainable_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
         return self.trainer.trainable_parameters(adapter)
 

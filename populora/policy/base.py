@@ -163,6 +163,20 @@ class PolicyBackend(ABC):
         parameters only; the base and all other adapters receive no gradient.
         """
 
+    def fused_logprobs(
+        self,
+        adapters: Sequence[str],
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        *,
+        with_entropy: bool = False,
+    ) -> TokenLogprobs:
+        """Like ``completion_logprobs`` with gradients, but row ``i`` runs under ``adapters[i]``: rows of
+        several adapters in one pass, each adapter receiving only its own rows' gradient (the fused
+        update, ``rl.update_strategy: fused``). Optional: a backend without it trains sequentially."""
+        raise NotImplementedError(f"{type(self).__name__} has no fused pass (fused_logprobs); "
+                                  "set rl.update_strategy=sequential")
+
     @abstractmethod
     def trainable_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
         """The adapter's LoRA parameters (A and B of each module, in a fixed order): what its optimizer

@@ -39,6 +39,7 @@ from populora.policy.base import (
 from populora.policy.chunked_logprobs import token_logprobs
 from populora.policy.config import PolicyConfig
 from populora.policy.decode import Row, decode_rows, to_completion
+from populora.policy.multi_lora import MultiLoRA, SlotLayout
 
 BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
 
@@ -75,6 +76,7 @@ class HFBackend(PolicyBackend):
         # (the optimizer steps these; the live bf16 copies in the model follow them)
         self._masters: dict[str, list[torch.Tensor]] = {}
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._multi: MultiLoRA | None = None  # the fused forward on the LoRA layers, once a fused pass ran
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         if tokenizer.eos_token_id is not None:
@@ -230,6 +232,8 @@ class HFBackend(PolicyBackend):
 
         names_now: list[list[str]] = [[]]
         handles = []
+        if self._multi is not None:
+            self._multi.clear()
         if self._peft is not None:
 
             def inject(module, args, kwargs):
@@ -299,6 +303,8 @@ class HFBackend(PolicyBackend):
     # -- training ---------------------------------------------------------------------------
     def _activate(self, name: str) -> None:
         """Make ``name`` the adapter of plain forwards; all LoRA weights stay trainable leaves."""
+        if self._multi is not None:
+            self._multi.clear()  # plain peft forwards from here on
         self._peft.base_model.set_adapter(name)
         self._peft.active_adapter = name  # PeftModel keeps its own copy of the name
         for params in self._params.values():  # undo peft's freezing of inactive adapters
@@ -399,6 +405,42 @@ class HFBackend(PolicyBackend):
                 parts.append(tuple(None if x is None else torch.nn.functional.pad(x, (0, pad)) for x in (logp, valid, ent)))
         cat = [None if parts[0][k] is None else torch.cat([p[k] for p in parts]) for k in range(3)]
         return TokenLogprobs(cat[0], cat[1], cat[2])
+
+    def fused_logprobs(self, adapters: Sequence[str], prompt_ids: Sequence[Sequence[int]],
+                       completion_ids: Sequence[Sequence[int]], *, with_entropy: bool = False) -> TokenLogprobs:
+        """Differentiable per-token log-probabilities where row ``i`` runs under ``adapters[i]``: rows of
+        several adapters in ONE forward pass (``multi_lora.py``: each LoRA layer applies each row's own
+        adapter; gradients reach each row's adapter only). Same result layout as ``completion_logprobs``.
+
+        The rows are grouped by adapter for the pass and put back in the caller's order. The fused
+        layout stays on the LoRA layers until the next plain forward, so a layer recomputed by gradient
+        checkpointing in the caller's ``backward`` sees the same rows.
+        """
+        if len(adapters) != len(prompt_ids) or len(prompt_ids) != len(completion_ids) or not completion_ids:
+            raise ValueError(f"need one adapter, prompt and completion per row, got {len(adapters)}, "
+                             f"{len(prompt_ids)} and {len(completion_ids)}")
+        if any(len(c) == 0 for c in completion_ids) or any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt and every completion needs at least one token")
+        first: dict[str, int] = {}
+        for a in adapters:
+            self._require(a)
+            first.setdefault(a, len(first))
+        order = sorted(range(len(adapters)), key=lambda i: first[adapters[i]])  # stable: grouped by adapter
+        self._activate(adapters[order[0]])  # every adapter's parameters trainable leaves
+        if self._multi is None:
+            self._multi = MultiLoRA()
+            self._multi.install(self._peft.base_model.model)
+        self._multi.set(SlotLayout.of([adapters[i] for i in order]))
+        self._peft.train(self.config.gradient_checkpointing)
+        try:
+            logp, valid, ent = self._logprobs_pass([prompt_ids[i] for i in order], [completion_ids[i] for i in order],
+                                                   with_entropy)
+        finally:
+            self._peft.eval()
+        back = torch.empty(len(order), dtype=torch.long)
+        back[torch.tensor(order)] = torch.arange(len(order))
+        back = back.to(logp.device)
+        return TokenLogprobs(logp[back], valid[back], None if ent is None else ent[back])
 
     def trainable_parameters(self, adapter: str) -> list[torch.nn.Parameter]:
         """The live LoRA parameters of ``adapter`` in the model (A and B of each module, sorted by

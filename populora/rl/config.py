@@ -29,6 +29,7 @@ from typing import Any
 
 from populora.rl.advantages import ADVANTAGE_ESTIMATORS
 from populora.rl.losses import AGGREGATIONS, KL_ESTIMATORS
+from populora.rl.strategies import UPDATE_STRATEGIES
 
 ROLES = ("teacher", "student")
 
@@ -60,8 +61,13 @@ class RLConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     adam_eps: float = 1e-8
+    # how a rank's members are updated (rl/strategies.py): "fused" = all of them in shared packed passes,
+    # each row under its own adapter; "sequential" = one after another. Same gradients either way.
+    # Default (ours, measured): fused, faster on CPU (docs/benchmarks/train.md)
+    update_strategy: str = "fused"
 
     def __post_init__(self) -> None:
+        _choice("update_strategy", self.update_strategy, UPDATE_STRATEGIES)
         _choice("teacher_estimator", self.teacher_estimator, ADVANTAGE_ESTIMATORS)
         _choice("student_estimator", self.student_estimator, ADVANTAGE_ESTIMATORS)
         _choice("aggregation", self.aggregation, AGGREGATIONS)

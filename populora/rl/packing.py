@@ -41,6 +41,22 @@ class TokenBudget:
         return cls(micro_batch * (prompt_tokens + new_tokens), micro_batch * new_tokens)
 
 
+@dataclass(frozen=True)
+class MicroBatching:
+    """How an update's sequences are split into forward/backward passes: packed up to ``budget``
+    (longest first), or ``micro_batch`` at a time in batch order when ``packed`` is off."""
+
+    budget: TokenBudget
+    micro_batch: int
+    packed: bool = True
+
+    def split(self, seqs) -> list[list[int]]:
+        """Positions in ``seqs`` (records with ``prompt_ids`` and ``completion_ids``), one list per pass."""
+        if not self.packed:
+            return in_order(len(seqs), self.micro_batch)
+        return pack([(len(s.prompt_ids), len(s.completion_ids)) for s in seqs], self.budget)
+
+
 def pack(lengths: Sequence[tuple[int, int]], budget: TokenBudget) -> list[list[int]]:
     """Indices of ``lengths`` (``(prompt_tokens, completion_tokens)`` per sequence) grouped into
     micro-batches: longest first, each filled while ``rows x widest`` and the completion sum stay

@@ -17,8 +17,10 @@ from populora.distributed.comm import Comm
 from populora.distributed.env import local_cuda_index
 from populora.policy.base import GenerationRequest, GenerationResult, SamplingParams
 from populora.policy.engine import EngineFailure
+from populora.rl.packing import MicroBatching
+from populora.rl.strategies import MemberBatch, strategy_for
+from populora.rl.update import MemberGroup
 from populora.selfplay.records import StageError
-from populora.selfplay.update import MemberGroup, MicroBatching, train_member
 
 log = logging.getLogger(__name__)
 
@@ -130,16 +132,16 @@ class Ranks:
     # -- training -----------------------------------------------------------------------------------
     def train(self, batches: Mapping[str, list], adapters: Mapping[str, str], rl, micro_batching: MicroBatching
               ) -> dict[str, dict]:
-        """One policy update per member (``adapters``: member id -> adapter name), where it lives; then
-        every rank gets every member's statistics and new weights (broadcast from its leader rank)."""
+        """One policy update per member (``adapters``: member id -> adapter name), where it lives, by the
+        update strategy ``rl.update_strategy`` names (one member at a time, or this rank's members in one
+        fused pass); then every rank gets every member's statistics and new weights (broadcast from its
+        leader rank)."""
+        here = [mid for mid in batches if self.comm.rank in self.placement[mid]]
+        members = [MemberBatch(adapters[mid], batches[mid], MemberGroup(self.comm, self.placement[mid])
+                               if len(self.placement[mid]) > 1 else None) for mid in here]
         local: dict[str, dict] = {}
-        for mid, batch in batches.items():
-            ranks = self.placement[mid]
-            if self.comm.rank not in ranks:
-                continue
-            group = MemberGroup(self.comm, ranks) if len(ranks) > 1 else None
-            stats = train_member(self.backend, adapters[mid], batch, rl, micro_batching, group)
-            if self.comm.rank == ranks[0]:
+        for mid, stats in zip(here, strategy_for(rl.update_strategy).update(self.backend, members, rl, micro_batching)):
+            if self.comm.rank == self.placement[mid][0]:
                 local[mid] = stats
         merged: dict[str, dict] = {}
         for part in self.comm.gather(local):

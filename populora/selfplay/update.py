@@ -1,182 +1,20 @@
-"""One policy update of one member on its own sequences (only its adapter changes).
+"""The policy update as the step loop runs it: the run's micro-batching, and the update itself.
 
-Advantages are computed per role with the role's estimator (``rl.teacher_estimator`` /
-``rl.student_estimator``; the baseline agent has sequences of both roles and each role keeps its
-own estimator). The loss is summed over micro-batches whose losses add up to the full-batch loss
-(``denominator``), then ONE optimizer step is taken. Micro-batches are length-sorted and packed
-up to the memory plan's token budget (``rl/packing.py``; ``policy.train_packing: false`` takes
-``policy.train_micro_batch`` sequences in batch order instead). If the loss or the updated weights
-are not finite, the adapter is put back to its weights before the update, its optimizer state is reset,
-and the step is flagged in the metrics (``train/<id>/nan_restored``).
+The update code is in ``populora/rl`` (``rl/update.py``: one member's update; ``rl/strategies.py``: how a
+rank updates all of its members, one at a time or in one fused pass, chosen by ``rl.update_strategy``).
+This module adds what needs the run config: the memory plan's token budget for the passes
+(``micro_batching``). The names the doctor and the tests import from here are those of ``rl/update.py``.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-from dataclasses import dataclass
-
-import torch
-
 from populora.plan.inputs import train_budget
-from populora.policy.base import PolicyBackend
-from populora.rl.advantages import role_advantages
-from populora.rl.config import RLConfig
-from populora.rl.losses import behaviour_logprobs, policy_loss
-from populora.rl.packing import TokenBudget, in_order, pack
+from populora.rl.packing import MicroBatching
+from populora.rl.update import MemberGroup, accumulate_gradients, advantages_of, train_member
 
-log = logging.getLogger(__name__)
-
-
-def advantages_of(batch, rl: RLConfig) -> torch.Tensor:
-    """One advantage per sequence, estimator chosen by each sequence's role."""
-    adv = torch.zeros(len(batch), dtype=torch.float32)
-    for role in ("teacher", "student"):
-        idx = [i for i, s in enumerate(batch) if s.role == role]
-        if not idx:
-            continue
-        a = role_advantages(
-            rl.estimator_for(role), role,
-            [batch[i].reward for i in idx], [batch[i].prompt_group for i in idx], [batch[i].task_type for i in idx],
-        )
-        adv[idx] = a.to(torch.float32)
-    return adv
-
-
-def _denominator(batch, aggregation: str) -> float:
-    if aggregation == "token_mean":
-        return float(max(1, sum(len(s.completion_ids) for s in batch)))
-    if aggregation == "seq_mean":
-        return float(len(batch))
-    # seq_sum_token_mean: B * T with T the longest completion of the whole batch
-    return float(len(batch) * max(1, max(len(s.completion_ids) for s in batch)))
-
-
-@dataclass(frozen=True)
-class MicroBatching:
-    """How one update's sequences are split into forward/backward passes: packed up to ``budget``
-    (longest first), or ``micro_batch`` at a time in batch order when ``packed`` is off."""
-
-    budget: TokenBudget
-    micro_batch: int
-    packed: bool = True
-
-    def split(self, seqs) -> list[list[int]]:
-        """Positions in ``seqs`` (records with ``prompt_ids`` and ``completion_ids``), one list per pass."""
-        if not self.packed:
-            return in_order(len(seqs), self.micro_batch)
-        return pack([(len(s.prompt_ids), len(s.completion_ids)) for s in seqs], self.budget)
+__all__ = ["MemberGroup", "MicroBatching", "accumulate_gradients", "advantages_of", "micro_batching", "train_member"]
 
 
 def micro_batching(cfg) -> MicroBatching:
     """The run's micro-batching: the memory plan's bound (``plan.inputs.train_budget``) and the policy's knobs."""
     return MicroBatching(train_budget(cfg), cfg.policy.train_micro_batch, cfg.policy.train_packing)
-
-
-class MemberGroup:
-    """The ranks that train one member together (a member whose group spans several ranks).
-
-    ``position`` is this rank's place in the group; ``comm`` the run's communicator. The group's
-    ranks each take every ``size``-th sequence of the member's batch, sum their LoRA gradients and
-    statistics over the group, and take the same optimizer step.
-    """
-
-    def __init__(self, comm, ranks: tuple[int, ...]):
-        self.comm, self.ranks = comm, tuple(ranks)
-        self.position = self.ranks.index(comm.rank)
-
-    def share(self, n: int) -> list[int]:
-        return list(range(self.position, n, len(self.ranks)))
-
-    def sum_stats(self, stats: dict[str, float]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for part in self.comm.gather_in(self.ranks, stats):
-            for k, v in part.items():
-                out[k] = out.get(k, 0.0) + v
-        return out
-
-    def sum_grads(self, params: list[torch.nn.Parameter]) -> None:
-        """Sum the group's gradients in float32 (a bf16 sum over 8 ranks would round at every add);
-        each parameter's gradient is rounded to its own dtype once, after the sum."""
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1).float() for p in params])
-        self.comm.sum_in(self.ranks, flat)
-        at = 0
-        for p in params:
-            n = p.grad.numel()
-            p.grad.copy_(flat[at:at + n].view_as(p.grad))
-            at += n
-
-
-def accumulate_gradients(backend: PolicyBackend, adapter: str, batch, adv: torch.Tensor, rl: RLConfig,
-                         micro_batches: MicroBatching, group: MemberGroup | None = None) -> dict[str, float]:
-    """The backward half of an update: the loss of this rank's share of ``batch`` (all of it without
-    a ``group``), pass by pass, each pass divided by the WHOLE batch's denominator, so the gradients
-    left on ``adapter``'s parameters are the same whatever the grouping. Returns the summed loss
-    (``loss/total``) and per-sequence-weighted statistics of this rank; stops before a backward
-    once the loss is not finite."""
-    denom = _denominator(batch, rl.aggregation)
-    mine = group.share(len(batch)) if group is not None else list(range(len(batch)))
-    totals: dict[str, float] = {"loss/total": 0.0}
-    for part in micro_batches.split([batch[i] for i in mine]):
-        idx = [mine[k] for k in part]
-        seqs = [batch[i] for i in idx]
-        tl = backend.completion_logprobs(
-            adapter, [s.prompt_ids for s in seqs], [s.completion_ids for s in seqs],
-            with_grad=True, with_entropy=True,  # entropy is always logged (a diagnostic of collapse)
-        )
-        old = behaviour_logprobs([s.logprobs for s in seqs], tl.mask)
-        loss, stats = policy_loss(
-            tl.logprobs, old, adv[idx].to(tl.logprobs.device), tl.mask, entropy=tl.entropy,
-            denominator=denom, **rl.loss_kwargs(),
-        )
-        totals["loss/total"] += float(loss.detach())
-        for name, v in stats.items():
-            totals[name] = totals.get(name, 0.0) + float(v) * len(idx)
-        if not math.isfinite(totals["loss/total"]):
-            break  # the update is dropped by the caller; no backward through a broken graph
-        loss.backward()  # gradients accumulate over micro-batches
-    return totals
-
-
-def train_member(backend: PolicyBackend, adapter: str, batch, rl: RLConfig, micro_batches: MicroBatching,
-                 group: MemberGroup | None = None) -> dict:
-    """Advantages, loss over the micro-batches ``micro_batches`` makes, one optimizer step.
-
-    With a ``group`` (several ranks train this member) this rank computes the loss of its share of
-    the batch only; advantages and the loss denominator are those of the whole batch, so the summed
-    gradients are the whole batch's. Returns stats (stable names), the same on every rank of a group.
-    """
-    adv = advantages_of(batch, rl)
-    before = backend.get_weights(adapter)
-    totals = accumulate_gradients(backend, adapter, batch, adv, rl, micro_batches, group)
-    if group is not None:
-        totals = group.sum_stats(totals)
-    total_loss = totals.pop("loss/total")
-    out = {f"{k}": v / len(batch) for k, v in totals.items() if k not in ("tokens", "sequences")}
-    out["loss/total"] = total_loss
-    out["adv/std"] = float(adv.std()) if len(adv) > 1 else 0.0
-    out["sequences"] = len(batch)
-    if not math.isfinite(total_loss):
-        backend.discard_gradients(adapter)
-        _restore(backend, adapter, before, "non-finite loss")
-        out.update({"nan_restored": 1, "optimizer_steps": 0})
-        return out
-    if group is not None:
-        group.sum_grads(backend.trainable_parameters(adapter))
-    out["grad_norm"] = backend.optimizer_step(adapter, None, max_grad_norm=rl.max_grad_norm)
-    out["optimizer_steps"] = 1
-    if not math.isfinite(out["grad_norm"]) or not backend.get_weights(adapter).is_finite():
-        _restore(backend, adapter, before, "non-finite weights after the update")
-        out["nan_restored"] = 1
-    else:
-        out["nan_restored"] = 0
-    return out
-
-
-def _restore(backend: PolicyBackend, adapter: str, weights, why: str) -> None:
-    log.warning("adapter %s: %s; restored its last good weights and reset its optimizer", adapter, why)
-    backend.set_weights(adapter, weights)
-    backend.reset_optimizer(adapter)
