@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "populora.commands.report",
     "populora.commands.plan",
     "populora.commands.doctor",
+    "populora.commands.wheelhouse",
 )
 
 
