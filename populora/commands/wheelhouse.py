@@ -33,11 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "expands to the manylinux tags of x86-64 Linux")
     p.add_argument("--extras", default="", help="comma-separated extras of the project to include (default: the core)")
     p.add_argument("--no-build", action="store_true", help="refuse to build wheels from source archives")
+    p.add_argument("--project", default=None, metavar="DIR",
+                   help="the project's checkout (pyproject.toml; default: the one this populora was installed from)")
     p.set_defaults(func=cmd_wheelhouse)
 
 
 def cmd_wheelhouse(args: argparse.Namespace) -> int:
     from populora.wheelhouse import (
+        PROJECT,
         Environment,
         Target,
         WheelhouseError,
@@ -65,9 +68,10 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
             except OSError as e:
                 raise WheelhouseError(f"--have {path}: {e.strerror}") from e
         platforms = tuple(t for p in (args.platform or ()) for t in (LINUX_X86_64 if p == "linux-x86_64" else (p,)))
-        version = args.python_version or (env.target.python_version if env.target else "%d.%d.%d" % sys.version_info[:3])
+        version = args.python_version or (env.target.python_version if env.target else ".".join(map(str, sys.version_info[:3])))
         target = Target(version, platforms, env.target.implementation if env.target else "cp")
-        reqs, build, project_version = project_requirements(extras)
+        project = Path(args.project) if args.project else PROJECT
+        reqs, build, project_version = project_requirements(extras, project)
         out.mkdir(parents=True, exist_ok=True)
         fetch = pip_fetcher(target, out, allow_build=not args.no_build)
         plan = walk(reqs, env, target, fetch, wanted_by="populora" + (f"[{','.join(extras)}]" if extras else ""))
@@ -76,7 +80,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
                           wanted_by="pyproject.toml [build-system]")
         for key, wheel in build_plan.wheels.items():
             plan.wheels.setdefault(key, wheel)
-        own = build_project_wheel(out)
+        own = build_project_wheel(out, project)
     except WheelhouseError as e:
         print(f"populora wheelhouse: {e}", file=sys.stderr)
         return 2
