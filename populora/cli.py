@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MissingExtra as e:  # an optional part is not installed: one line naming the extra
-        print(f"populora {args.command}: {e}", file=sys.stderr)
+        print(e if e.what else f"populora {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -31,7 +31,7 @@ class MissingExtra(ImportError):
     """An optional package is not installed; the message names the extra that provides it."""
 
     def __init__(self, module: str, extra: str, what: str = ""):
-        self.module, self.extra = module, extra
+        self.module, self.extra, self.what = module, extra, what
         who = f"{what}: " if what else ""
         super().__init__(f"{who}needs the '{extra}' extra (module {module} is not installed): "
                          f"pip install 'populora[{extra}]'")

@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from populora.extras import require
+
+    for module in ("matplotlib", "ribs"):  # figures and the coverage archive
+        require(module, "diagnostics", "populora report")
     from populora.diagnostics.report import build_report
     from populora.diagnostics.runs import RunDirError
 
@@ -43,6 +47,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _retention(args: argparse.Namespace) -> int:
+    from populora.extras import require
+
+    require("matplotlib", "diagnostics", "populora retention")  # its figure, checked before the runs start
     from populora.diagnostics.retention import RetentionError, parse_operators, retention
 
     try:
