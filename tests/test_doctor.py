@@ -98,7 +98,8 @@ def test_verdict_takes_unmeasured_items_from_the_plan_and_fails_on_oom():
     items = compare(result, measured(base_weights=14.0, training_step=200.0))
     v = verdict("x", result, items)
     assert not v.fits and v.plan_fits  # measured 200 GiB of activations: the plan was wrong
-    assert set(v.from_plan) == {"engine", "adapters_optimizer", "cuda_context", "engine_asleep"}
+    assert set(v.from_plan) == {"engine", "adapters_optimizer", "cuda_context", "engine_asleep",
+                                "cuda_context of the engine's 1 process(es)"}
     assert "from the plan" in v.basis
     ok = compare(result, measured(training_step=1.0))
     assert verdict("x", result, ok).fits
@@ -126,19 +127,20 @@ def test_arm_ratios_are_wall_clock_seconds_over_seconds():
     assert arm_ratios(gen(error="vLLM is not importable here")) == {"mixed/one_adapter": None, "mixed/base": None}
 
 
-def report(fits_training_step=0.5, error=None):
+def report(fits_training_step=0.5, error=None, status="complete"):
     p = PlanInputs(shape=model_shape("tiny"), policy=PolicyConfig(engine="hf"), device="cpu",
                    dtype="float32", adapters=4)
     result = plan(p, 16.0)
     training = TrainingResult("tiny", 1_000_000, "float32", "cpu", 4096, 24, 6, False,
                               (MemberUpdate("t0", "teacher", 6, 24720, 2.0, 0.1, 0.3),),
-                              tuple(measured(training_step=fits_training_step)), 3 * GIB, "ru_maxrss", error=error)
+                              tuple(measured(training_step=fits_training_step)), 3 * GIB, "ru_maxrss", error=error,
+                              step_seconds=2.0)
     items = compare(result, list(training.memory))
     preset = PresetReport("tiny", "configs/tiny.yaml", training, (gen("hf"), gen(error="vLLM is not importable here")),
                           items, verdict("tiny", result, items), result.to_json())
     device = DeviceReport("cpu", "host", "2.13", 2, "cpu", 16.0)
     allreduce = AllReduceResult("gloo", 2, "", (size_result(1 << 20, 0.001, 2, True),), 3.0)
-    return DoctorReport(device, allreduce, (preset,), None, 10.0, "populora doctor --device cpu")
+    return DoctorReport(device, allreduce, (preset,), None, 10.0, "populora doctor --device cpu", status=status)
 
 
 def test_report_json_and_markdown(tmp_path):
@@ -162,7 +164,9 @@ def test_report_json_and_markdown(tmp_path):
 def test_exit_status():
     assert exit_status(report()) == 0
     assert exit_status(report(fits_training_step=100.0)) == 3  # does not fit 16 GiB
-    assert exit_status(report(error="RuntimeError: boom")) == 1
+    assert exit_status(report(error="RuntimeError: boom", status="failed")) == 1
+    assert exit_status(report(status="incomplete")) == 4
+    assert exit_status(report(fits_training_step=100.0, status="incomplete")) == 3  # a measured misfit says most
 
 
 def test_no_gpu_exits_2_with_one_line(monkeypatch, capsys):

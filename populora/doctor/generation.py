@@ -44,6 +44,15 @@ VLLM_CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WA
 CHILD_TIMEOUT_S = {"cuda": 1200, "cpu": 600}
 
 
+RATIO_LABELS = {
+    "mixed/one_adapter": "seconds of one call with every member's requests over the same requests all for one "
+                         "member: what serving the population in one batch costs beyond serving one adapter",
+    "mixed/base": "seconds of the mixed call over the same requests on the bare base: the LoRA cost of the engine",
+}
+HF_RATIO_NOTE = ("on the HF engine mixed/one_adapter measures peft's per-row adapter routing (each LoRA layer "
+                 "loops over the adapters of the batch), not the population's cost on vLLM's multi-LoRA kernels")
+
+
 def arm_ratios(result: GenerationResult) -> dict[str, float | None]:
     """Wall-clock ratios of the arms (same prompts, same tokens budget): ``mixed/one_adapter`` and
     ``mixed/base`` are seconds over seconds (1.0: the population costs nothing extra)."""
@@ -105,7 +114,8 @@ def hf_generation(cfg, backend, device: str) -> GenerationResult:
         return GenerationResult("hf", device, len(names), len(names) * PROMPTS_PER_ADAPTER, new_tokens,
                                 error=f"{type(e).__name__}: {_first_line(e)}")
     return GenerationResult("hf", device, len(names), len(names) * PROMPTS_PER_ADAPTER, new_tokens, arms,
-                            start_s=warmup, notes=("sleep/wake: the HF engine is the trainer; nothing sleeps",))
+                            start_s=warmup, notes=(HF_RATIO_NOTE, "warm-up (start_s) excluded from the arms' times",
+                                                   "sleep/wake: the HF engine is the trainer; nothing sleeps"))
 
 
 def _first_line(e: BaseException) -> str:
@@ -113,8 +123,10 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def vllm_generation(config_path: str, overrides: list[str], device: str, seed: int = 0) -> GenerationResult:
-    """vLLM's arms in a child process (module docstring); an error or a timeout is the result's error."""
+def vllm_generation(config_path: str, overrides: list[str], device: str, seed: int = 0,
+                    timeout_s: float | None = None) -> GenerationResult:
+    """vLLM's arms in a child process (module docstring); an error or a timeout is the result's error.
+    ``timeout_s`` (the doctor's budget left) caps the child's own limit."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is None:
@@ -127,11 +139,11 @@ def vllm_generation(config_path: str, overrides: list[str], device: str, seed: i
         out = Path(tmp) / "generation.json"
         cmd = [sys.executable, "-m", "populora.doctor.generation", "--config", config_path, "--device", device,
                "--out", str(out), "--workdir", tmp, *overrides]
+        limit = CHILD_TIMEOUT_S[device] if timeout_s is None else max(1.0, min(CHILD_TIMEOUT_S[device], timeout_s))
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=CHILD_TIMEOUT_S[device])
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit)
         except subprocess.TimeoutExpired:
-            return GenerationResult("vllm", device, 0, 0, 0,
-                                    error=f"the vLLM child did not finish in {CHILD_TIMEOUT_S[device]} s")
+            return GenerationResult("vllm", device, 0, 0, 0, error=f"the vLLM child did not finish in {limit:.0f} s")
         if out.is_file():
             return GenerationResult.from_json(json.loads(out.read_text()))
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -59,6 +59,7 @@ class AllReduceResult:
     sizes: tuple[AllReduceSize, ...]
     wall_s: float = 0.0  # start of the ranks included
     error: str | None = None
+    not_measured: str | None = None  # why nothing was measured (one GPU: nothing crosses a link)
 
 
 @dataclass(frozen=True)
@@ -72,19 +73,19 @@ class Measure:
 
 @dataclass(frozen=True)
 class MemberUpdate:
-    """One member's update: one training micro-batch through ``train_member``."""
+    """One member's update: one training micro-batch through the trainer's update."""
 
     member: str
     role: str
     sequences: int
     tokens: int  # prompt + completion tokens of the micro-batch
-    seconds: float  # wall time of train_member (forward, backward, optimizer step)
+    seconds: float | None  # wall time of its update; None when members share passes (the step's time)
     loss: float
     grad_norm: float
 
     @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds
+    def tokens_per_s(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds else None
 
 
 @dataclass(frozen=True)
@@ -99,16 +100,29 @@ class TrainingResult:
     completion_tokens: int
     micro_batch: int
     gradient_checkpointing: bool
-    updates: tuple[MemberUpdate, ...]
+    updates: tuple[MemberUpdate, ...]  # the timed full-size updates (warm-up excluded)
     memory: tuple[Measure, ...]  # base_weights, adapters_optimizer, training_step, cuda_context
     peak_bytes: float | None = None  # the process's peak during the stage (CUDA: max_memory_allocated)
     peak_method: str = ""
     error: str | None = None
+    warmup: MemberUpdate | None = None  # the first update (CUDA/allocator warm-up): reported apart
+    state_updates: int = 0  # members stepped once on a short batch so that their AdamW state exists
+    peak_reserved_bytes: float | None = None  # CUDA: max_memory_reserved (what actually runs out)
+    behaviour_logprob: float | None = None  # the log-probability every sampled token is given: -ln(vocab)
+    strategy: str = "sequential"  # rl.update_strategy of the timed step
+    step_seconds: float | None = None  # the timed step: every member's update (forward, backward, AdamW)
 
     @property
     def tokens_per_s(self) -> float | None:
-        seconds = sum(u.seconds for u in self.updates)
-        return sum(u.tokens for u in self.updates) / seconds if seconds > 0 else None
+        if not self.step_seconds:
+            return None
+        return sum(u.tokens for u in self.updates) / self.step_seconds
+
+    @property
+    def per_member_bytes(self) -> float | None:
+        """Measured adapters_optimizer over the members (after the warm-up: every AdamW state exists)."""
+        m = next((m for m in self.memory if m.item == "adapters_optimizer"), None)
+        return m.bytes / len(self.updates) if m is not None and m.bytes and self.updates else None
 
 
 @dataclass(frozen=True)
@@ -171,6 +185,7 @@ class FitVerdict:
     planned_phases_gib: dict[str, float]
     from_plan: tuple[str, ...]  # items not measured, whose planned figures the phases use
     plan_fits: bool
+    reserved_slack_gib: float = 0.0  # counted in the training phase: allocator reserved peak - allocated peak
 
     @property
     def basis(self) -> str:
@@ -181,20 +196,79 @@ class FitVerdict:
 
 @dataclass(frozen=True)
 class PresetReport:
+    """One preset's results so far: a stage that has not run (or did not finish) leaves its field empty."""
+
     preset: str  # the config's name
     config_path: str
-    training: TrainingResult
-    generation: tuple[GenerationResult, ...]
-    items: tuple[ItemComparison, ...]
-    verdict: FitVerdict
-    plan: dict = field(default_factory=dict)  # populora plan's JSON for this device
+    training: TrainingResult | None = None
+    generation: tuple[GenerationResult, ...] = ()
+    items: tuple[ItemComparison, ...] = ()
+    verdict: FitVerdict | None = None
+    plan: dict = field(default_factory=dict)  # populora plan's JSON for the judged device size
+
+
+@dataclass(frozen=True)
+class StepArm:
+    """One arm of the self-play step stage: the warm-up step apart, then one timed step, per phase."""
+
+    label: str  # "4T+4S" | "baseline"
+    members: int
+    warmup_s: float
+    step_s: float
+    phases: dict[str, float]  # seconds of the timed step per phase (the loop's Stopwatch)
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """One self-play step of a population and of its compute-matched baseline at a preset's shapes."""
+
+    preset: str
+    model: str  # the base the step ran on
+    engine: str
+    overrides: tuple[str, ...]  # what the step changed from the preset, so that it fits a time budget
+    arms: tuple[StepArm, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ratio(self) -> float | None:
+        """Population step seconds over baseline step seconds (the paper's 1.31x is this ratio)."""
+        if len(self.arms) != 2 or self.arms[1].step_s <= 0:
+            return None
+        return self.arms[0].step_s / self.arms[1].step_s
+
+
+STATUSES = ("pending", "running", "done", "failed", "blocked", "skipped", "unavailable", "interrupted")
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One stage of the doctor's run and what became of it.
+
+    ``status``: pending (not reached yet), running (the report was written while it ran: a report
+    left in this state was cut short), done, failed (``detail`` says why), blocked (a stage it needs
+    did not complete), skipped (``--budget-s``: its estimate would overrun), unavailable (it cannot
+    run on this node: no vLLM, one GPU), interrupted (a signal stopped it).
+    """
+
+    name: str
+    status: str = "pending"
+    estimate_s: float | None = None
+    seconds: float | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True)
 class DoctorReport:
-    device: DeviceReport
-    allreduce: AllReduceResult
+    device: DeviceReport | None
+    allreduce: AllReduceResult | None
     presets: tuple[PresetReport, ...]
     tests: dict | None = None  # pytest -m gpu: exit status and summary line
     wall_s: float = 0.0
     command: str = ""
+    stages: tuple[StageRecord, ...] = ()
+    status: str = "complete"  # complete | incomplete | failed (see run.exit_status)
+    budget_s: float | None = None
+    gpu_gib: float | None = None  # the device size the verdicts judge (--gpu-gib, else the device's own)
+    gpu_gib_source: str = ""
+    versions: dict | None = None  # VersionReport as JSON
+    step: StepComparison | None = None

@@ -1,38 +1,52 @@
-"""One training micro-batch per member through the trainer code ``populora train`` runs, with memory.
+"""The model and training stages: one training step of every member through the update strategy
+``populora train`` runs (``rl.update_strategy``), with memory beside the plan.
 
 The batch of a member is ``policy.train_micro_batch`` sequences of the preset's longest prompt
 (``policy.max_prompt_tokens``) and longest completion (the larger ``max_new_tokens`` of the two
-roles): the size the memory plan bounds. Token ids are random; the behaviour log-probs are
-``-ln(vocab)`` (what a random-weights model gives every token, about); rewards alternate 0/1 so the
-advantages are not all zero. The update is ``populora.selfplay.update.train_member`` on an
-``HFBackend`` with the run's ``RLConfig`` (``update``), exactly as the self-play loop calls it.
+roles): the size the memory plan bounds. Token ids are random over the model's own vocabulary; the
+behaviour log-probs are ``-ln(vocab)`` of that vocabulary (what a random-weights model gives every
+token, about: the importance ratio starts near 1); rewards alternate 0/1 so the advantages are not
+all zero. The update is the run's strategy (``populora.rl.strategies``) on an ``HFBackend`` with the
+run's ``RLConfig``, exactly as the self-play loop calls it.
+
+Order: a warm-up step (every member once, on one short sequence: CUDA kernels load, the allocator
+grows, every member's AdamW state exists; timed and reported apart), then the timed step at full
+size, then (CPU only) a profiled, untimed update of the first member for the step's memory.
 
 Memory, per item of the plan that one process can measure:
 
-- CUDA: ``torch.cuda.memory_allocated`` before/after a phase (resident items) and
-  ``torch.cuda.max_memory_allocated`` above the level at its start (the training step);
+- CUDA: ``torch.cuda.memory_allocated`` before/after a phase (resident items),
+  ``torch.cuda.max_memory_allocated`` during the timed step above the level at its start (the
+  training step), and beside it ``max_memory_reserved`` (the allocator's cached blocks: what
+  actually runs out); the CUDA context is what the device has in use outside the allocator after the
+  timed step (every kernel it needed is loaded by then), this one process;
 - CPU: resident items are counted (bytes of the tensors' storages, each once); the training step's
   peak is the peak of live CPU allocations above the start level in ``torch.profiler``'s memory
   timeline (a private torch API: where it is missing the step is "not measured"). The profiled update
-  is an extra one of the first member, after every member has stepped once (its AdamW state exists,
-  as in a run), and is not timed.
+  is an extra one of the first member, after every member has stepped (its AdamW state exists, as in
+  a run), and is not timed.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from populora.doctor.model import random_model
 from populora.doctor.records import Measure, MemberUpdate, TrainingResult
 
 
-def update(backend, adapter: str, batch, cfg) -> dict:
-    """``train_member`` as ``selfplay/loop.py`` calls it for one member: micro-batches packed to the
-    run's token budget (``micro_batching(cfg)``)."""
-    from populora.selfplay.update import micro_batching, train_member
+def update(backend, batches: dict[str, list], cfg, strategy: str | None = None) -> list[dict]:
+    """One update of every member of ``batches`` ({adapter: sequences}) through the update strategy
+    (``rl.update_strategy`` unless ``strategy`` names another), micro-batches packed to the run's token
+    budget (``micro_batching(cfg)``), as the self-play loop's ranks call it."""
+    from populora.rl.strategies import MemberBatch, strategy_for
+    from populora.selfplay.update import micro_batching
 
-    return train_member(backend, adapter, batch, cfg.rl, micro_batching(cfg))
+    name = strategy or cfg.rl.update_strategy
+    return strategy_for(name).update(backend, [MemberBatch(a, b) for a, b in batches.items()], cfg.rl,
+                                     micro_batching(cfg))
 
 
 def members(cfg) -> list[tuple[str, str]]:
@@ -50,7 +64,8 @@ def sequence_lengths(cfg) -> tuple[int, int]:
 
 
 def member_batch(role: str, rows: int, prompt_tokens: int, completion_tokens: int, vocab: int, seed: int) -> list:
-    """``rows`` random sequences of one member, as the records ``train_member`` takes."""
+    """``rows`` random sequences of one member, as the records the trainer takes; behaviour
+    log-probs ``-ln(vocab)``: ``vocab`` is the model's own (``config.vocab_size``)."""
     import torch
 
     from populora.selfplay.stages import Seq
@@ -123,8 +138,9 @@ def cpu_peak_bytes(fn):
     return out, peak
 
 
-def cuda_peak_bytes(fn):
-    """``(fn(), torch.cuda.max_memory_allocated during fn above memory_allocated at its start)``."""
+def cuda_peaks(fn):
+    """``(fn(), max_memory_allocated above memory_allocated at the start, max_memory_reserved)``
+    during ``fn``: the allocated peak is what the plan's items count, the reserved one what runs out."""
     import torch
 
     torch.cuda.synchronize()
@@ -132,87 +148,151 @@ def cuda_peak_bytes(fn):
     start = torch.cuda.memory_allocated()
     out = fn()
     torch.cuda.synchronize()
-    return out, torch.cuda.max_memory_allocated() - start
+    return out, torch.cuda.max_memory_allocated() - start, torch.cuda.max_memory_reserved()
 
 
-def cuda_context_bytes() -> float:
-    """Device memory in use that torch's allocator does not hold: this process's CUDA context (and
-    whatever other processes hold on the device), right after CUDA starts."""
+def cuda_outside_allocator_bytes() -> float:
+    """Device memory in use that torch's allocator does not hold: this process's CUDA context with
+    the kernel modules loaded so far (and whatever other processes hold on the device)."""
     import torch
 
-    torch.cuda.init()
     free, total = torch.cuda.mem_get_info()
     return float(total - free - torch.cuda.memory_reserved())
 
 
-def run_training(cfg, device: str):
-    """The training stage of preset ``cfg`` on ``device``; returns ``(TrainingResult, backend)`` (the
-    caller generates with the backend, then closes it)."""
+@dataclass
+class Trainer:
+    """The model stage's result, which the training and HF generation stages use: the random model
+    inside an ``HFBackend`` with every member's adapter. ``release()`` frees it (idempotent)."""
+
+    cfg: object
+    device: str
+    dtype: str
+    backend: object | None
+    source: str
+    params: int
+    vocab: int
+    base_weights: Measure
+    roster: list[tuple[str, str]]
+    resident_start: float
+
+    def release(self) -> None:
+        import gc
+
+        import torch
+
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def training_dtype(policy, device: str) -> str:
+    """The preset's dtype; ``auto`` is bf16 on CUDA and float32 on CPU (as ``load_base``)."""
+    return policy.dtype if policy.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+
+
+def build_trainer(cfg, device: str) -> Trainer:
+    """The model stage: preset ``cfg``'s architecture with random weights, an ``HFBackend`` on it and
+    every member's adapter; base weights measured."""
     import torch
 
-    from populora.plan.memory import cuda_contexts
-    from populora.policy.engine import engine_class
     from populora.policy.hf import HFBackend
 
     on_cuda = device == "cuda"
-    policy = cfg.policy.replace(device=device)
-    dtype = policy.dtype if policy.dtype != "auto" else ("bfloat16" if on_cuda else "float32")
-    policy = policy.replace(dtype=dtype)
-    memory: list[Measure] = []
-    if on_cuda:
-        ctx = cuda_context_bytes()
-        before = torch.cuda.memory_allocated()
+    dtype = training_dtype(cfg.policy, device)
+    policy = cfg.policy.replace(device=device, dtype=dtype)
+    before = torch.cuda.memory_allocated() if on_cuda else 0
     model, tokenizer, source = random_model(policy.model, device, dtype, seed=cfg.seed)
     if on_cuda:
-        memory.append(Measure("base_weights", float(torch.cuda.memory_allocated() - before),
-                              "torch.cuda.memory_allocated after building the model minus before"))
+        base = Measure("base_weights", float(torch.cuda.memory_allocated() - before),
+                       "torch.cuda.memory_allocated after building the model minus before")
     else:
-        memory.append(Measure("base_weights", float(storage_bytes(list(model.parameters()) + list(model.buffers()))),
-                              "counted: storage bytes of the model's parameters and buffers"))
+        base = Measure("base_weights", float(storage_bytes(list(model.parameters()) + list(model.buffers()))),
+                       "counted: storage bytes of the model's parameters and buffers")
     params = sum(p.numel() for p in model.parameters())
     backend = HFBackend(policy, adamw=cfg.rl.adamw_kwargs(), model=model, tokenizer=tokenizer)
-    prompt_tokens, completion_tokens = sequence_lengths(cfg)
-    rows = policy.train_micro_batch
-    vocab = min(len(tokenizer), model.config.vocab_size)
-    roster = members(cfg)
-    resident_start = torch.cuda.memory_allocated() if on_cuda else 0
-    updates = []
+    trainer = Trainer(cfg, device, dtype, backend, source, params, int(model.config.vocab_size), base,
+                      members(cfg), torch.cuda.memory_allocated() if on_cuda else 0.0)
     try:
-        for i, (name, _) in enumerate(roster):
+        for i, (name, _) in enumerate(trainer.roster):
             backend.add_adapter(name, backend.new_adapter_weights(seed=cfg.seed + i))
-        for i, (name, role) in enumerate(roster):
-            batch = member_batch(role, rows, prompt_tokens, completion_tokens, vocab, seed=cfg.seed + i)
-            if on_cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            stats = update(backend, name, batch, cfg)
-            if on_cuda:
-                torch.cuda.synchronize()
-            updates.append(MemberUpdate(name, role, rows, rows * (prompt_tokens + completion_tokens),
-                                        time.perf_counter() - t0, float(stats["loss/total"]),
-                                        float(stats.get("grad_norm", float("nan")))))
+    except BaseException:
+        trainer.release()
+        raise
+    return trainer
+
+
+WARMUP_TOKENS = (16, 16)  # ours: one short sequence per member: kernels load and AdamW state appears, in seconds
+
+
+def run_training(trainer: Trainer) -> TrainingResult:
+    """The training stage on the model stage's trainer (see the module docstring). An error inside is
+    the result's ``error`` with what was measured before it; the trainer stays for generation."""
+    import torch
+
+    cfg, backend, roster = trainer.cfg, trainer.backend, trainer.roster
+    on_cuda = trainer.device == "cuda"
+    prompt_tokens, completion_tokens = sequence_lengths(cfg)
+    rows = cfg.policy.train_micro_batch
+    vocab = trainer.vocab
+    strategy = cfg.rl.update_strategy
+    memory: list[Measure] = [trainer.base_weights]
+    updates: list[MemberUpdate] = []
+    warm = None
+    peak = reserved = None
+    peak_method = ""
+
+    def sync():
         if on_cuda:
-            memory.append(Measure("adapters_optimizer", float(torch.cuda.memory_allocated() - resident_start),
-                                  "torch.cuda.memory_allocated after adding every adapter and one update each, "
-                                  "minus before adding them"))
+            torch.cuda.synchronize()
+
+    def batches(full: bool) -> dict[str, list]:
+        p, c, n = (prompt_tokens, completion_tokens, rows) if full else (*WARMUP_TOKENS, 1)
+        return {name: member_batch(role, n, p, c, vocab, seed=cfg.seed + i) for i, (name, role) in enumerate(roster)}
+
+    try:
+        warm_batches = batches(False)
+        sync()
+        t0 = time.perf_counter()
+        update(backend, warm_batches, cfg, strategy)
+        sync()
+        warm_s = time.perf_counter() - t0
+        warm = MemberUpdate("every member", "warm-up", len(roster), len(roster) * sum(WARMUP_TOKENS), warm_s,
+                            float("nan"), float("nan"))
+        if on_cuda:
+            memory.append(Measure("adapters_optimizer", float(torch.cuda.memory_allocated() - trainer.resident_start),
+                                  "torch.cuda.memory_allocated after adding every adapter and one (warm-up) update "
+                                  "each, minus before adding them"))
         else:
             memory.append(Measure("adapters_optimizer", float(sum(adapter_state_bytes(backend, n) for n, _ in roster)),
                                   "counted: LoRA factors, float32 masters (if any) and AdamW state of every adapter"))
-        name, role = roster[0]
-        batch = member_batch(role, rows, prompt_tokens, completion_tokens, vocab, seed=cfg.seed)
+        full = batches(True)
+        t0 = time.perf_counter()
         if on_cuda:
-            _, step = cuda_peak_bytes(lambda: update(backend, name, batch, cfg))
-            memory.append(Measure("training_step", float(step), "torch.cuda.max_memory_allocated during a second "
-                                  "update of the first member, above memory_allocated at its start"))
-            contexts = cuda_contexts(engine_class(policy.engine))  # the trainer's + the engine's own
-            per_process = (f" x {contexts} processes (the trainer + the {policy.engine} engine's), as the plan counts"
-                           if contexts > 1 else "")
-            memory.append(Measure("cuda_context", ctx * contexts,
-                                  "device memory in use outside torch's allocator right after CUDA started "
-                                  f"(this process's context, and anything other processes held){per_process}"))
-            peak, peak_method = float(torch.cuda.max_memory_allocated()), "torch.cuda.max_memory_allocated of the measured update"
+            stats, step, reserved = cuda_peaks(lambda: update(backend, full, cfg, strategy))
         else:
-            _, step = cpu_peak_bytes(lambda: update(backend, name, batch, cfg))
+            stats = update(backend, full, cfg, strategy)
+        seconds = time.perf_counter() - t0
+        each = seconds if strategy == "sequential" and len(roster) == 1 else None
+        for (name, role), st in zip(roster, stats):
+            updates.append(MemberUpdate(name, role, rows, rows * (prompt_tokens + completion_tokens), each,
+                                        float(st["loss/total"]), float(st.get("grad_norm", float("nan")))))
+        step_s = seconds
+        if on_cuda:
+            memory.append(Measure("training_step", float(step), "torch.cuda.max_memory_allocated during the timed "
+                                  f"step ({strategy} update of every member) above memory_allocated at its start"))
+            memory.append(Measure("cuda_context", cuda_outside_allocator_bytes(),
+                                  "device memory in use outside torch's caching allocator after the timed step "
+                                  "(the CUDA context with every kernel the updates loaded; and whatever other "
+                                  "processes held): this one process"))
+            peak, peak_method = float(torch.cuda.max_memory_allocated()), "torch.cuda.max_memory_allocated of the timed step"
+        else:
+            name, role = roster[0]
+            batch = {name: member_batch(role, rows, prompt_tokens, completion_tokens, vocab, seed=cfg.seed)}
+            _, step = cpu_peak_bytes(lambda: update(backend, batch, cfg, "sequential"))
             memory.append(Measure("training_step", None if step is None else float(step),
                                   "peak of live CPU allocations above the start level (torch.profiler memory "
                                   "timeline) during a second, untimed update of the first member" if step is not None
@@ -223,10 +303,16 @@ def run_training(cfg, device: str):
             peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
             peak_method = "peak resident set size of the process so far (getrusage ru_maxrss)"
     except Exception as e:
-        backend.close()
-        return TrainingResult(source, params, dtype, device, prompt_tokens, completion_tokens, rows,
-                              policy.gradient_checkpointing, tuple(updates), tuple(memory),
-                              error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"), None
-    result = TrainingResult(source, params, dtype, device, prompt_tokens, completion_tokens, rows,
-                            policy.gradient_checkpointing, tuple(updates), tuple(memory), peak, peak_method)
-    return result, backend
+        return TrainingResult(trainer.source, trainer.params, trainer.dtype, trainer.device, prompt_tokens,
+                              completion_tokens, rows, cfg.policy.gradient_checkpointing, tuple(updates), tuple(memory),
+                              error=f"{type(e).__name__}: {first_line(e)}", warmup=warm, strategy=strategy,
+                              behaviour_logprob=-math.log(vocab))
+    return TrainingResult(trainer.source, trainer.params, trainer.dtype, trainer.device, prompt_tokens,
+                          completion_tokens, rows, cfg.policy.gradient_checkpointing, tuple(updates), tuple(memory),
+                          peak, peak_method, warmup=warm, peak_reserved_bytes=reserved, strategy=strategy,
+                          step_seconds=step_s, behaviour_logprob=-math.log(vocab))
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""

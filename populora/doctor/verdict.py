@@ -10,7 +10,13 @@ Items compared (GiB, measured / planned):
   together); trainer, activations and logits are not measured one by one (they live in one update);
 - ``engine_asleep``: what the engine keeps while it sleeps (the vLLM engine's sleep-residue
   estimate), when the preset's engine sleeps between phases (the plan's ``EngineMemory.sleeps``;
-  an engine that never sleeps keeps its whole share while training).
+  an engine that never sleeps keeps its whole share while training);
+- ``cuda_context`` per process: the plan counts one context per process on the GPU (the trainer's and
+  each of the engine's own, ``cuda_contexts``); the doctor measures the trainer's process only, so the
+  row compares one process with the plan's figure for one. In the verdict the trainer's context is the
+  measured one; an engine process's context is inside the ``engine`` item when the engine was measured
+  (its memory is read from the device as a whole), else the plan's per-process figure (named in
+  ``from_plan``): a context is counted once per process that exists, never doubled from one reading.
 
 The verdict sums the phases as the plan does, from measured figures where there are any and the
 plan's figures for the rest (named in ``from_plan``): generation = base weights + adapters and
@@ -18,7 +24,9 @@ AdamW + CUDA contexts + the engine awake; training = the same resident state + w
 meanwhile, as its class tells the plan (asleep: ``engine_asleep``; all it holds awake: the ``engine``
 item; else its planned figure, nothing for the HF engine) + the training step. It fits when the larger
 phase leaves ``min_headroom`` of the device free, as ``populora plan`` asks; a stage that ran out of
-memory does not fit.
+memory does not fit. Where the allocator's reserved peak was measured (CUDA), the training phase also
+counts what the allocator kept cached above the allocated peak (``reserved_slack_gib``): that is what
+runs out first, and the plan has no item for it.
 """
 
 from __future__ import annotations
@@ -44,9 +52,18 @@ def planned_engine_asleep_gib(plan) -> float:
     return plan.engine.training / GIB
 
 
+def contexts(plan) -> int:
+    """CUDA contexts the plan counts on the GPU (the trainer's + the engine's processes)."""
+    from populora.plan.memory import cuda_contexts
+
+    return cuda_contexts(plan.inputs.engine_class)
+
+
 def planned_items(plan) -> dict[str, float]:
-    """Every figure the doctor compares, planned, in GiB."""
+    """Every figure the doctor compares, planned, in GiB (``cuda_context``: one process's)."""
     out = dict(plan.items)
+    if out.get("cuda_context"):
+        out["cuda_context"] = out["cuda_context"] / contexts(plan)
     out["training_step"] = planned_training_step_gib(plan)
     if plan.engine.sleeps:
         out["engine_asleep"] = planned_engine_asleep_gib(plan)
@@ -95,9 +112,11 @@ def engine_while_training(plan, engine: float, value) -> float:
     return own.training / GIB
 
 
-def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | None = None) -> FitVerdict:
+def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | None = None,
+            reserved_slack_gib: float = 0.0) -> FitVerdict:
     """Fits / does not fit from the measured phases (module docstring). ``failed``: a stage ran out of
-    memory (then it does not fit, whatever the sums say)."""
+    memory (then it does not fit, whatever the sums say); ``reserved_slack_gib``: the allocator's
+    reserved peak above its allocated peak during the training step, where measured."""
     by = {c.item: c for c in items}
     from_plan: list[str] = []
 
@@ -111,11 +130,17 @@ def verdict(preset: str, plan, items: tuple[ItemComparison, ...], failed: str | 
             return c.planned_gib
         return c.measured_gib
 
-    resident = sum(value(k) for k in RESIDENT)
+    resident = sum(value(k) for k in RESIDENT)  # cuda_context: the trainer's process
     engine = value("engine")
+    others = contexts(plan) - 1
+    ctx = by.get("cuda_context")
+    if others and ctx is not None and (by.get("engine") is None or by["engine"].measured_gib is None):
+        resident += others * ctx.planned_gib  # the engine's processes, not measured: the plan's per-process figure
+        from_plan.append(f"cuda_context of the engine's {others} process(es)")
     phases = {"generation": resident + engine,
-              "training": resident + engine_while_training(plan, engine, value) + value("training_step")}
+              "training": resident + engine_while_training(plan, engine, value) + value("training_step")
+              + max(0.0, reserved_slack_gib)}
     limit = plan.gpu_gib * (1 - plan.min_headroom)
     fits = failed is None and max(phases.values()) <= limit
     return FitVerdict(preset, fits, plan.gpu_gib, plan.min_headroom, phases, dict(plan.phases),
-                   tuple(dict.fromkeys(from_plan)), plan.fits)
+                      tuple(dict.fromkeys(from_plan)), plan.fits, max(0.0, reserved_slack_gib))
