@@ -12,14 +12,24 @@ log-uniform over a 32x range, as self-play's run from a few hundred tokens to th
 its gradients accumulated over micro-batches packed up to the plan's token budget vs
 ``train_micro_batch`` sequences in batch order, on the same backend, alternating. It times the
 forward and backward passes (``selfplay.update.accumulate_gradients``, the code ``populora train``
-runs; the optimizer step after it is the same for both) and compares the two gradients. The last
-line is ``packed/unpacked speed-up: N.NNx, max gradient difference: E`` (of the last model).
+runs; the optimizer step after it is the same for both) and compares the two gradients; it prints
+``packed/unpacked speed-up: N.NNx, max gradient difference: E`` (of the last model).
+
+Last, fused against sequential member updates (``rl.update_strategy``, ``rl/strategies.py``): 8 members
+on one backend, one whole update of every member per arm (forward, backward, each member's clip and
+AdamW step: ``strategy.update``, what ``populora train`` runs), alternating, from the same weights, on
+two length distributions: the paper's regime as the packing comparison draws it (``paper``) and the
+sequences a tiny self-play step really trains on (``selfplay``: one step of ``configs/tiny.yaml`` with
+the same number of members, recorded). The gradients of the two arms are compared before any step
+(float32, every adapter). The last line is ``fused/sequential speed-up: N.NNx, max gradient
+difference: E`` for the paper's regime.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,7 +46,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--packing-micro-batch", type=int, default=4, help="policy.train_micro_batch of the comparison")
     p.add_argument("--packing-lengths", default="tiny=64+512,default=64+256",
                    help="MODEL=P+N: longest prompt and completion of the variable-length batch")
-    p.add_argument("--repeats", type=int, default=3, help="timed updates per arm of the packing comparison")
+    p.add_argument("--repeats", type=int, default=3, help="timed updates per arm of the packing and fused comparisons")
+    p.add_argument("--fused-model", default="tiny", help="model of the fused vs sequential comparison ('' = skip it)")
+    p.add_argument("--fused-members", type=int, default=8, help="members trained on one rank")
+    p.add_argument("--fused-sequences", type=int, default=6,
+                   help="sequences per member in the paper's regime (default: tiny.yaml's selfplay.sequences_per_adapter, "
+                        "the batch of the self-play distribution)")
+    p.add_argument("--fused-lengths", default="64+512", help="P+N: longest prompt and completion (paper regime)")
+    p.add_argument("--fused-micro-batch", type=int, default=4, help="policy.train_micro_batch of the comparison")
+    p.add_argument("--selfplay-config", default=str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"),
+                   help="preset whose first step's training batches are the second distribution ('' = skip it)")
 
 
 def per_model(spec: str, model: str, default: int = 32) -> int:
@@ -172,6 +191,160 @@ def bench_packing(model: str, args: argparse.Namespace) -> dict:
     return out
 
 
+def selfplay_batches(config: str, members: int) -> tuple[list[list], int, int]:
+    """The batches the first step of a self-play run of ``config`` trains (``members`` split between
+    teachers and students), with the preset's longest prompt and completion: the lengths (and tokens)
+    such a run really produces. Rewards are redrawn (seeded, -1/0/1): the random tiny model's own are all
+    equal (every proposal invalid, every answer badly formatted), which gives every advantage 0 and a zero
+    gradient, and nothing to compare."""
+    import random
+    import tempfile
+    from dataclasses import replace
+
+    from populora.config import load_config
+    from populora.plan.inputs import longest_completion
+    from populora.selfplay.loop import SelfPlay
+
+    teachers = members // 2
+    cfg = load_config(config, [f"population.teachers={teachers}", f"population.students={members - teachers}",
+                               "selfplay.steps=1"])
+    recorded: list[list] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        sp = SelfPlay(cfg, tmp)
+        train = sp.ranks.train
+
+        def recording(batches, *args, **kwargs):  # this step's batches, as the trainer receives them
+            recorded.extend(list(b) for b in batches.values())
+            return train(batches, *args, **kwargs)
+
+        sp.ranks.train = recording
+        try:
+            sp.step(1)
+        finally:
+            sp.close()
+    rng = random.Random(0)
+    recorded = [[replace(s, reward=float(rng.choice((-1, 0, 1)))) for s in b] for b in recorded]
+    return recorded, cfg.policy.max_prompt_tokens, longest_completion(cfg)
+
+
+def bench_fused(model: str, distribution: str, batches: list[list], prompt_tokens: int, new_tokens: int,
+                args: argparse.Namespace) -> dict:
+    """Fused vs sequential updates of ``len(batches)`` members on one backend; see the module docstring."""
+    import torch
+
+    from populora.policy import make_backend
+    from populora.rl.config import RLConfig
+    from populora.rl.fused import MemberPart, fused_gradients
+    from populora.rl.packing import MicroBatching, TokenBudget, padded_tokens
+    from populora.rl.strategies import MemberBatch, strategy_for
+    from populora.rl.update import accumulate_gradients, advantages_of
+
+    spec = {"model": model, "device": args.device, "cpu_threads": args.threads,
+            "lora": {"rank": args.rank, "alpha": 2 * args.rank, "b_std": 0.02}}
+    be = make_backend(spec)
+    names = [f"m{i}" for i in range(len(batches))]
+    for i, n in enumerate(names):
+        be.add_adapter(n, be.new_adapter_weights(seed=i))
+    start = {n: be.get_weights(n) for n in names}
+    rl = RLConfig()
+    mb = MicroBatching(TokenBudget.of(args.fused_micro_batch, prompt_tokens, new_tokens), args.fused_micro_batch)
+    members = [MemberBatch(n, b) for n, b in zip(names, batches)]
+
+    def sync():
+        if be.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def grads() -> torch.Tensor:
+        out = []
+        for n in names:
+            out += [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float()
+                    for p in be.trainable_parameters(n)]
+            be.discard_gradients(n)
+        return torch.cat(out)
+
+    # the gradients each arm steps with, from the same weights
+    for n, b in zip(names, batches):
+        accumulate_gradients(be, n, b, advantages_of(b, rl), rl, mb)
+    g_seq = grads()
+    fused_gradients(be, [MemberPart(n, b, advantages_of(b, rl)) for n, b in zip(names, batches)], rl, mb)
+    g_fused = grads()
+
+    def update(arm: str) -> float:
+        for n in names:
+            be.set_weights(n, start[n])
+        sync()
+        t0 = time.perf_counter()
+        strategy_for(arm).update(be, members, rl, mb)
+        sync()
+        return time.perf_counter() - t0
+
+    update("fused"), update("sequential")  # warm-up
+    times = {"sequential": [], "fused": []}
+    for _ in range(max(1, args.repeats)):
+        for arm in ("sequential", "fused"):
+            times[arm].append(update(arm))
+    lengths = [[(len(s.prompt_ids), len(s.completion_ids)) for s in b] for b in batches]
+    pooled = [x for ls in lengths for x in ls]
+    seq_groups = [mb.split(b) for b in batches]
+    fused_groups = mb.split([s for b in batches for s in b])
+    out = {"model": model, "device": str(be.device), "distribution": distribution, "members": len(batches),
+           "sequences": len(pooled), "real_tokens": sum(p + c for p, c in pooled),
+           "max_grad_diff": float((g_fused - g_seq).abs().max()), "max_grad": float(g_seq.abs().max()),
+           "sequential": {"passes": sum(len(g) for g in seq_groups),
+                          "padded_tokens": sum(padded_tokens(ls, g) for ls, g in zip(lengths, seq_groups))},
+           "fused": {"passes": len(fused_groups), "padded_tokens": padded_tokens(pooled, fused_groups)}}
+    for arm in ("sequential", "fused"):
+        out[arm]["seconds"] = sorted(times[arm])[len(times[arm]) // 2]  # the median update
+    be.close()
+    return out
+
+
+def print_fused(results: list[dict], args: argparse.Namespace) -> None:
+    print()
+    print(f"fused vs sequential member updates: {args.fused_members} members on one backend, one whole update each "
+          f"(forward, backward, clip, AdamW per member), budget {args.fused_micro_batch} x (longest prompt + longest "
+          f"completion) tokens per pass; median of {args.repeats}")
+    print("distribution  model          device  members  sequences  real tokens   arm         passes  padded tokens"
+          "  s/update  real tok/s")
+    for r in results:
+        for arm in ("sequential", "fused"):
+            a = r[arm]
+            print(f"{r['distribution']:<13} {r['model']:<14} {r['device']:<7} {r['members']:>7} {r['sequences']:>10}"
+                  f" {r['real_tokens']:>12}   {arm:<10} {a['passes']:>7} {a['padded_tokens']:>14} {a['seconds']:>9.3f}"
+                  f" {r['real_tokens'] / a['seconds']:>11.1f}")
+    for r in results[1:]:
+        print(f"{r['distribution']}: fused/sequential speed-up {r['sequential']['seconds'] / r['fused']['seconds']:.2f}x, "
+              f"max gradient difference {r['max_grad_diff']:.2e} (largest entry {r['max_grad']:.3g})")
+    first = results[0]
+    print(f"{first['distribution']}: largest gradient entry {first['max_grad']:.3g}")
+    print(f"fused/sequential speed-up: {first['sequential']['seconds'] / first['fused']['seconds']:.2f}x, "
+          f"max gradient difference: {first['max_grad_diff']:.2e}")
+
+
+def run_fused(args: argparse.Namespace) -> None:
+    """The fused comparison on the paper's regime, then on a tiny self-play step's sequences."""
+    import torch
+
+    from populora.policy import make_backend
+
+    model = args.fused_model
+    probe = make_backend({"model": model, "device": args.device, "cpu_threads": args.threads})
+    vocab = min(len(probe.tokenizer), probe.base.config.vocab_size)
+    probe.close()
+    del probe
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    n_prompt, n_new = (int(x) for x in args.fused_lengths.split("+"))
+    paper = [variable_batch(vocab, args.fused_sequences, n_prompt, n_new, seed=1000 + i)
+             for i in range(args.fused_members)]
+    results = [bench_fused(model, "paper", paper, n_prompt, n_new, args)]
+    if args.selfplay_config:
+        batches, p, n = selfplay_batches(args.selfplay_config, args.fused_members)
+        results.append(bench_fused(model, "selfplay", batches, p, n, args))
+    results.sort(key=lambda r: r["distribution"] != "paper")  # the paper's regime's line last
+    print_fused(results, args)
+
+
 def run(args: argparse.Namespace) -> int:
     print(f"{args.adapters} adapters, LoRA rank {args.rank} on all seven projections; a step = forward with gradients"
           " + backward + AdamW on batch x (prompt + completion) tokens; tok/s counts all of them")
@@ -183,8 +356,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{r['model']:<14} {r['device']:<7} {r['shape']:>29} {r['population_s']:>20.3f} {tp:>19.1f} {r['single_s']:>20.3f}"
               f" {ts:>19.1f} {tp / ts:>6.2f}x" + (f"  peak {r['peak_gib']:.1f} GiB" if r["peak_gib"] else ""))
     packing = [bench_packing(m, args) for m in args.packing_models.split(",") if m]
-    if not packing:
-        return 0
+    if packing:
+        print_packing(packing, args)
+    if args.fused_model:
+        run_fused(args)
+    return 0
+
+
+def print_packing(packing: list[dict], args: argparse.Namespace) -> None:
     print()
     print(f"packing: one update's forward + backward passes on a variable-length batch, budget "
           f"{args.packing_micro_batch} x (longest prompt + longest completion) tokens per pass; median of {args.repeats}")
@@ -198,4 +377,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"{last['model']}: largest gradient entry {last['max_grad']:.3g}")
     print(f"packed/unpacked speed-up: {last['unpacked']['seconds'] / last['packed']['seconds']:.2f}x, "
           f"max gradient difference: {last['max_grad_diff']:.2e}")
-    return 0
