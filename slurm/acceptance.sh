@@ -26,13 +26,21 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTH
     "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
 } >>"$log" 2>&1
 
-# 1. a virtual environment that sees the node's packages; its own pip, else the node's pip aimed at it
+# 1. a virtual environment that sees the node's packages; its own pip, else the node's pip aimed at it.
+#    When the node's Python is itself a virtual environment, --system-site-packages would see past it
+#    to the interpreter it was made from: its site-packages are added with a .pth file instead.
+rm -rf "$venv"
 if "$py" -m venv --system-site-packages "$venv" >>"$log" 2>&1; then
     pip=("$venv/bin/python" -m pip)
 elif rm -rf "$venv" && "$py" -m venv --without-pip --system-site-packages "$venv" >>"$log" 2>&1; then
     pip=("$py" -m pip --python "$venv/bin/python")
 else
     echo "acceptance: cannot make a virtual environment with $py (see $log)" | tee -a "$log" >&2; exit 2
+fi
+if [ "$("$py" -c 'import sys; print(sys.prefix != sys.base_prefix)')" = True ]; then
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$py" -c 'import site; print("\n".join(site.getsitepackages()))' >"$site/_node_packages.pth"
+    echo "the node's Python is a virtual environment: its site-packages added through $site/_node_packages.pth" >>"$log"
 fi
 t0=$SECONDS
 if ! "${pip[@]}" install --disable-pip-version-check -q --no-index --find-links "$wh" . >>"$log" 2>&1; then
