@@ -7,11 +7,21 @@ receives the changed adapters right before its next ``generate``; an engine that
 memory is put to sleep before the trainer's first forward of a phase. Requests whose prompt is longer
 than ``policy.max_prompt_tokens`` are refused one by one (``GenerationResult.refused``), never failing
 the batch. ``populora.policy.make_backend`` builds it.
+
+Publishing is a phase with a cost (``publish``): the step loop calls it once the step's weights are final,
+it is timed, and every ``policy.publish_check_every`` steps it is checked: a few fixed token sequences
+(``check_sequences``) are scored under every adapter by the trainer and by the engine
+(``GenerationEngine.score``), and a mean difference above the engine's tolerance is a ``ServedMismatch``
+naming the member, the step and the difference (the run stops; the last checkpoint is intact). It is
+what catches an engine that silently serves other weights than the trainer's: a stale version, an
+adapter applied twice, another member's weights.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,7 +35,46 @@ from populora.policy.base import (
     UnknownAdapter,
 )
 from populora.policy.config import PolicyConfig
-from populora.policy.engine import PROMPT_TOO_LONG, GenerationEngine
+from populora.policy.engine import PROMPT_TOO_LONG, GenerationEngine, ServedMismatch
+
+CHECK_PROMPT_TOKENS = 8  # ours: a short prompt before each check completion (any length would do)
+
+
+@dataclass
+class PublishReport:
+    """One publish: the adapters sent to the engine and, when checked, each checked adapter's mean absolute
+    log-probability difference (engine vs trainer, nats per token)."""
+
+    published: list[str] = field(default_factory=list)
+    differences: dict[str, float] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        out = {"publish/adapters": float(len(self.published))}
+        if self.differences:
+            out["publish/check_max_diff"] = max(self.differences.values())
+        return out
+
+
+def check_sequences(vocab_size: int, sequences: int, tokens: int, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
+    """``(prompts, completions)``: the fixed token sequences of the publish check (random ids from a
+    seeded generator, the same for every adapter and every check; ids below 10 skipped: special tokens)."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(10, vocab_size) for _ in range(CHECK_PROMPT_TOKENS)] for _ in range(sequences)]
+    completions = [[rng.randrange(10, vocab_size) for _ in range(tokens)] for _ in range(sequences)]
+    return prompts, completions
+
+
+def mean_difference(trainer: torch.Tensor, mask: torch.Tensor, served: Sequence[Sequence[float]]) -> float:
+    """Mean absolute difference per token between the trainer's ``[B, T]`` log-probabilities (valid where
+    ``mask``) and the engine's per-completion lists."""
+    total, count = 0.0, 0
+    for i, row in enumerate(served):
+        mine = trainer[i][mask[i]].double().cpu()
+        if len(row) != len(mine):
+            return float("inf")  # the engine scored other tokens: as wrong as it gets
+        total += float((mine - torch.tensor(row, dtype=torch.float64)).abs().sum())
+        count += len(row)
+    return total / max(1, count)
 
 
 class Policy(PolicyBackend):
@@ -62,11 +111,49 @@ class Policy(PolicyBackend):
         self.trainer.set_weights(name, weights)
         self._dirty.add(name)
 
-    def publish_pending(self) -> None:
+    def publish_pending(self) -> list[str]:
+        """Send every adapter changed since the last publish to the engine; returns their names."""
+        names = sorted(self._dirty)
         if not self.engine.shares_trainer_weights:
-            for name in sorted(self._dirty):
+            for name in names:
                 self.engine.publish(name, self.trainer.get_weights(name))
         self._dirty.clear()
+        return names
+
+    def publish(self) -> PublishReport:
+        """The publish phase: every adapter changed since the last publish goes to the engine."""
+        return PublishReport(self.publish_pending())
+
+    def check_due(self, step: int | None) -> bool:
+        """Whether the publish of ``step`` is checked (``policy.publish_check_every``; 0 = never)."""
+        every = self.config.publish_check_every
+        return bool(every) and (step is None or step % every == 0)
+
+    def check_served(self, names: Sequence[str], step: int | None = None) -> dict[str, float]:
+        """Each adapter's mean absolute difference between the engine's and the trainer's log-probabilities
+        of the check sequences; raises ``ServedMismatch`` at the first one above the engine's tolerance.
+        Empty when the engine serves the trainer's own weights (nothing to compare)."""
+        if self.engine.shares_trainer_weights:
+            return {}
+        self.publish_pending()  # nothing is compared against a version the engine never got
+        c = self.config
+        vocab = min(len(self.trainer.tokenizer), self.trainer.base.config.vocab_size)
+        prompts, completions = check_sequences(vocab, c.publish_check_sequences, c.publish_check_tokens)
+        tolerance = self.engine.tolerance()
+        out: dict[str, float] = {}
+        for name in names:
+            served = self.engine.score(name, prompts, completions)
+            if served is None:
+                return {}
+            tl = self.trainer.completion_logprobs(name, prompts, completions, with_grad=False)
+            out[name] = diff = mean_difference(tl.logprobs, tl.mask, served)
+            if not diff <= tolerance:
+                when = f"at step {step}" if step is not None else "after a publish"
+                raise ServedMismatch(
+                    f"{when}, engine {self.engine.name!r} does not serve member {name!r} as the trainer holds it: its "
+                    f"log-probabilities of {len(completions)} x {c.publish_check_tokens} check tokens differ from the "
+                    f"trainer's by {diff:.3g} nats per token on average (tolerance {tolerance:g})")
+        return out
 
     # -- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:

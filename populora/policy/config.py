@@ -104,6 +104,13 @@ class PolicyConfigBase:
     # ours: 512 tokens x 152k vocab x 4 B = 0.3 GiB per chunk for Qwen2.5; the plan measures the rest
     logits_chunk: int = 512
     cpu_threads: int = 1
+    # after the publish of a step (backend.Policy.publish), every publish_check_every-th step (0 = never):
+    # publish_check_sequences fixed sequences of publish_check_tokens tokens are scored, per member, by the
+    # trainer and by the engine; a mean difference above the engine's tolerance stops the run. Ours: every
+    # step (measured cost: docs/backends.md), 2 x 32 tokens per member
+    publish_check_every: int = 1
+    publish_check_sequences: int = 2
+    publish_check_tokens: int = 32
     lora: LoraSpec = field(default_factory=LoraSpec)
 
     def __post_init__(self) -> None:
@@ -120,6 +127,9 @@ class PolicyConfigBase:
              f"must be one of {list(DTYPES)}, got {self.adapter_dtype!r}")
         need(is_int(self.logits_chunk) and self.logits_chunk >= 1, "policy.logits_chunk",
              f"must be an integer >= 1, got {self.logits_chunk!r}")
+        for key in ("publish_check_every", "publish_check_sequences", "publish_check_tokens"):
+            value, least = getattr(self, key), 0 if key == "publish_check_every" else 1
+            need(is_int(value) and value >= least, f"policy.{key}", f"must be an integer >= {least}, got {value!r}")
         need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = this rank's share of its cores), got {self.cpu_threads}")
         if isinstance(self.lora, Mapping):
             self.lora = LoraSpec(**self.lora)

@@ -50,6 +50,12 @@ class EngineFailure(RuntimeError):
     """
 
 
+class ServedMismatch(EngineFailure):
+    """The engine does not serve the weights the trainer holds: after a publish, its log-probabilities of
+    the check sequences differ from the trainer's by more than its tolerance. The message names the
+    member, the step and the difference; the run stops as on any engine failure (last checkpoint intact)."""
+
+
 @dataclass(frozen=True)
 class EngineContext:
     """Where an engine runs: the rank it serves and the seed of its own random stream.
@@ -105,6 +111,10 @@ class GenerationEngine(ABC):
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     Config: ClassVar[type | None] = None
+    #: the largest mean absolute difference, in nats per token, between the engine's and the trainer's
+    #: log-probabilities of the same tokens under the same adapter that still counts as the same weights
+    #: (``score``; 0: the engine has no scoring, nothing is checked)
+    logprob_tolerance: ClassVar[float] = 0.0
     shares_trainer_weights: ClassVar[bool] = False
     assumes_gpu: ClassVar[bool] = False
     cuda_processes: ClassVar[int] = 0
@@ -120,6 +130,18 @@ class GenerationEngine(ABC):
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
         """All requests (mixed adapters) in as few batched passes as the engine can."""
+
+    def score(self, name: str, prompt_ids: Sequence[Sequence[int]],
+              completion_ids: Sequence[Sequence[int]]) -> list[list[float]] | None:
+        """Per-token log-probabilities of each completion after its prompt under the version of ``name``
+        the engine serves now, as ``completion_logprobs`` gives them; ``None`` when the engine generates
+        with the trainer's own weights (``shares_trainer_weights``: nothing to compare). The check that
+        the engine serves what the trainer trained (``backend.Policy.publish``) compares the two."""
+        return None
+
+    def tolerance(self) -> float:
+        """``logprob_tolerance`` of this engine as it runs (an engine may tell its platforms apart)."""
+        return self.logprob_tolerance
 
     def sleep(self) -> None:  # noqa: B027 - optional: engines that hold GPU memory of their own
         """Free GPU memory for the trainer until the next ``generate``."""

@@ -84,6 +84,8 @@ if TYPE_CHECKING:  # config.py imports this module
 DEFAULT_NEW_TOKENS = 4096  # for max_model_len when nothing says how long completions may be
 FINISH_REASONS = {"stop": "stop", "length": "length"}  # anything else ("abort", None) is "abort"
 BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on CPU (module docstring)
+CPU_LOGPROB_TOLERANCE = 1e-3  # nats per token, mean over the check tokens (VLLMEngine.tolerance)
+CUDA_LOGPROB_TOLERANCE = 5e-2
 
 
 @dataclass
@@ -248,9 +250,16 @@ class VLLMEngine(GenerationEngine):
 
     # -- adapters -----------------------------------------------------------------------------------
     def publish(self, name: str, weights: AdapterWeights) -> None:
+        """Write the new version (``vllm_adapters.py``), drop the old one, and, once the engine runs, have it
+        load the new one now (``add_lora``): the publish phase then holds the whole cost, from the trainer's
+        weights to the engine serving them, instead of the next generate's first batch."""
         new, old = self.registry.publish(name, weights.to(engine_dtype(self.config, self.platform)))
         if old is not None:
             self._unload(old)
+        if self._llm is not None:
+            from vllm.lora.request import LoRARequest
+
+            self.watch.call(self._llm.llm_engine.add_lora, LoRARequest(new.lora_name, new.lora_int_id, str(new.path)))
 
     def retire(self, name: str) -> None:
         if name in self.registry:
@@ -274,6 +283,37 @@ class VLLMEngine(GenerationEngine):
             zeros = zeros.map(lambda m, a, b: (torch.zeros_like(a), b))  # A = 0 too: nothing to add, exactly
             self.registry.publish(BASE_ADAPTER, zeros.to(engine_dtype(self.config, self.platform)))
         return self.registry.current(BASE_ADAPTER)
+
+    # -- the publish check -----------------------------------------------------------------------
+    def tolerance(self) -> float:
+        """CPU (float32 on both sides, other kernels): 1e-3 nats per token; measured differences are ~1e-5
+        (tests/test_vllm_engine_real.py) and a wrong adapter is off by far more. CUDA (bf16 on both sides):
+        5e-2, ours and not measured here (no CUDA vLLM on the development machines); bf16 logits differ
+        between two kernels by ~1e-2 relative, so a mean over the check tokens stays well under it."""
+        return CPU_LOGPROB_TOLERANCE if self.platform == "cpu" else CUDA_LOGPROB_TOLERANCE
+
+    def score(self, name: str, prompt_ids, completion_ids) -> list[list[float]]:
+        """vLLM's own log-probabilities of each completion token (``prompt_logprobs`` of prompt + completion,
+        one token generated and dropped) under the version of ``name`` it serves now. vLLM does not read its
+        prefix cache for requests with prompt log-probabilities: every token is computed under the adapter."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.lora.request import LoRARequest
+
+        llm = self.llm
+        self.watch.check()
+        route = self.registry.current(name)
+        lora = LoRARequest(route.lora_name, route.lora_int_id, str(route.path))
+        params = VSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        self.wake()
+        outputs = self.watch.call(llm.generate, [TokensPrompt(prompt_token_ids=list(p) + list(c))
+                                                 for p, c in zip(prompt_ids, completion_ids)],
+                                  sampling_params=params, lora_request=[lora] * len(prompt_ids), use_tqdm=False)
+        scored = []
+        for out, p, c in zip(outputs, prompt_ids, completion_ids):
+            steps = out.prompt_logprobs or []
+            scored.append([steps[len(p) + j][tok].logprob for j, tok in enumerate(c)])
+        return scored
 
     # -- generation ---------------------------------------------------------------------------------
     def sleep(self) -> None:

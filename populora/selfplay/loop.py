@@ -19,7 +19,9 @@ REINFORCE++-style policy gradient and no KL. One step:
    see ``budget.py``); only that member's adapter changes;
 9. every k steps: the weakest of each role are replaced by children of the strongest, made by LoRA
    weight-space operators;
-10. valid tasks join the buffers.
+10. publish: the generation engine gets every changed adapter, and (every ``policy.publish_check_every``
+    steps) must score a few fixed token sequences as the trainer does, or the run stops;
+11. valid tasks join the buffers.
 
 The single-agent baseline is this same loop with one member (role ``agent``) that proposes and
 solves (AZR with one LoRA); it has no ratings and no evolution.
@@ -97,7 +99,8 @@ class SelfPlay:
         # the run's sandbox section; each rank's sandbox pool gets its share of the cores the job was
         # given (affinity, not the machine's count)
         workers = cfg.sandbox.workers or rank_cpu_budget(available_cpus(), self.comm.local_world, os.environ)
-        self.sandbox = Sandbox(limits=replace(cfg.sandbox, workers=workers), workers=workers)
+        # the run seed is the determinism check's: replicas' hash seeds come from (seed, step, replica)
+        self.sandbox = Sandbox(limits=replace(cfg.sandbox, workers=workers), workers=workers, hash_seed=cfg.seed)
         self.micro_batching = micro_batching(cfg)  # the trainer's passes, packed to the memory plan's bound
         context = EngineContext(seed=engine_seed(cfg.seed, self.comm.rank), rank=self.comm.rank,
                                 local_rank=self.comm.local_rank, local_world=self.comm.local_world)
@@ -206,7 +209,13 @@ class SelfPlay:
                 m.counts["evolution/replaced"] = self._evolve(step)
                 m.population = {mid: (mem.rating.mu, mem.rating.sigma) for mid, mem in self.members.items()}
 
-        # 10. valid tasks join the buffers (deduplicated, capacity-bounded) and the run's task log
+        # 10. publish: from here on the engine serves this step's weights, checked against the trainer's
+        with watch.phase("publish"):
+            m.counts.update(self.ranks.publish())
+        with watch.phase("check_served"):
+            m.counts.update(self.ranks.check_served(step))
+
+        # 11. valid tasks join the buffers (deduplicated, capacity-bounded) and the run's task log
         with watch.phase("buffers", timing=""):
             valid = [r.task for r in records if r.valid]
             m.counts["buffer/added"] = sum(self.buffers.add(task) for task in valid)

@@ -16,7 +16,7 @@ from populora.distributed import placement as place
 from populora.distributed.comm import Comm
 from populora.distributed.env import local_cuda_index
 from populora.policy.base import GenerationRequest, GenerationResult, SamplingParams
-from populora.policy.engine import EngineFailure
+from populora.policy.engine import EngineFailure, ServedMismatch
 from populora.rl.packing import MicroBatching
 from populora.rl.strategies import MemberBatch, strategy_for
 from populora.rl.update import MemberGroup
@@ -150,6 +150,40 @@ class Ranks:
             for mid in batches:
                 self.sync_weights(mid, adapters[mid])
         return {mid: merged[mid] for mid in batches}  # in the same order on every rank
+
+    # -- publishing -----------------------------------------------------------------------------------
+    def publish(self) -> dict[str, float]:
+        """Every rank's engine gets the changed adapters (``Policy.publish``); returns the publish metrics."""
+        return self._everywhere(lambda backend: backend.publish().metrics(), "publish")
+
+    def check_served(self, step: int) -> dict[str, float]:
+        """Where ``step`` is due, every rank's engine must score the check sequences as its trainer does
+        (``Policy.check_served``); returns the largest difference as ``publish/check_max_diff``."""
+        def check(backend) -> dict[str, float]:
+            if not backend.check_due(step):
+                return {}
+            diffs = backend.check_served(backend.adapter_names(), step)
+            return {"publish/check_max_diff": max(diffs.values())} if diffs else {}
+
+        return self._everywhere(check, "check")
+
+    def _everywhere(self, fn, what: str) -> dict[str, float]:
+        """``fn(backend)`` on every rank; an engine failure on any rank (a ``ServedMismatch`` included)
+        stops every rank: the failing rank hands its message to a gather every rank is in, and every
+        rank raises the same kind of error with it (the last checkpoint stays the one to resume from)."""
+        out, error = {}, None
+        if hasattr(self.backend, "publish"):  # a Policy (trainer + engine); a bare trainer has no engine
+            try:
+                out = fn(self.backend)
+            except EngineFailure as e:
+                log.debug("%s failed on rank %d", what, self.comm.rank, exc_info=True)
+                error = (type(e).__name__, str(e))
+        failures = [(rank, e) for rank, e in enumerate(self.comm.gather(error)) if e is not None]
+        if failures:
+            rank, (kind, why) = failures[0]
+            cls = ServedMismatch if kind == ServedMismatch.__name__ else EngineFailure
+            raise cls((f"rank {rank}: " if self.comm.world > 1 else "") + one_line(why))
+        return out
 
     def sync_weights(self, member_id: str, adapter: str) -> None:
         """Every rank takes the member's weights from its leader (after an update or a restore)."""
