@@ -93,9 +93,18 @@ class Program:
     child with ``ast.literal_eval``. ``stdin`` is fed to the program's standard input (for
     stdin/stdout problems, with ``entry=None``).
 
-    ``replica`` selects an independent worker pool started with a different hash seed and
-    address-space layout: running the same program with ``replica=0`` and ``replica=1`` is how
-    cross-process nondeterminism (set ordering under hash randomisation, ``id()``) is detected.
+    ``hash_seed`` picks the fork servers that run it: servers started with that ``PYTHONHASHSEED``
+    (a separate ``exec`` each, so with an address-space layout of their own). Without it,
+    ``replica`` picks servers with that replica's fixed seed (``replica_hash_seed``), kept for the
+    sandbox's lifetime. Running the same program under several seeds is how cross-process
+    nondeterminism (set ordering under hash randomisation, ``id()``) is detected; the determinism
+    check draws its seeds from (run seed, step, replica) (``populora/tasks/determinism.py``).
+
+    ``strip`` runs the program on fork servers with the runtime strip layer (``strip.py``): once
+    it is loaded, nothing that grants I/O, processes, clocks, randomness or imports is reachable
+    from its objects, and ``import`` gives only the modules the fork server loaded (the
+    allowlisted ones and what they use), sanitized. Off, the program is plain Python (stdin/stdout
+    programs of an evaluation, and the hostile corpus that tests the confinement alone).
     """
 
     source: str
@@ -103,6 +112,8 @@ class Program:
     calls: tuple[str, ...] = ()
     stdin: str = ""
     replica: int = 0
+    hash_seed: int | None = None
+    strip: bool = False
 
 
 @dataclass
@@ -121,6 +132,12 @@ class Outcome:
     stdout: str = ""
     seconds: float = 0.0
     detail: str = ""  # human-readable extra (exception message, signal name), bounded
+    # True only when the sandbox itself proves that the outcome is not the program's doing: its
+    # fork server died, could not start or failed on it, no outcome was recorded, the child's
+    # confinement failed before the program ran, or the host starved it (killed at the wall-clock
+    # limit having never blocked, with less than half of that time on a CPU). See
+    # ``results.classify``; a re-run at the check stage trusts nothing else (``tasks/checking.py``).
+    infrastructure: bool = False
 
     @property
     def ok(self) -> bool:

@@ -1,10 +1,14 @@
 """``Sandbox``: parallel, confined execution of untrusted programs through fork servers.
 
-The caller side holds ``workers`` lanes; each lane owns one fork server per replica, started on
-first use as a separate ``python -B -s -S server.py`` process with a scrubbed environment holding
-that replica's ``PYTHONHASHSEED`` (not ``-I``: it implies ``-E``, which would ignore the seed), so
-the two replicas differ in hash seed and address layout. ``run_many`` hands the lanes chunks of
-one replica's programs from a shared queue, so at most ``workers`` programs run at once, and
+The caller side holds ``workers`` lanes; each lane owns one fork server per (hash seed, strip)
+pair in use, started on first use as a separate ``python -B -s -S server.py`` process with a
+scrubbed environment holding that ``PYTHONHASHSEED`` (not ``-I``: it implies ``-E``, which would
+ignore the seed), so servers of different seeds differ in hash seed and address layout. A
+program's seed is its ``hash_seed`` or, without one, its replica's fixed seed; the servers of a
+replica's fixed seed live as long as the sandbox, those of an explicit seed only until a batch
+that does not use it (the determinism check draws fresh seeds each step: ``tasks/determinism.py``).
+``strip`` servers run the runtime strip layer (``strip.py``). ``run_many`` hands the lanes chunks
+of one server's programs from a shared queue, so at most ``workers`` programs run at once, and
 returns outcomes in input order. A fork server that dies, hangs or answers nonsense is killed and
 restarted; the program it was running gets a ``crashed:`` outcome, never an exception in the
 caller. A server that reports damage it cannot repair (``retire``) is replaced the same way.
@@ -34,7 +38,7 @@ from populora.signals import children_immune
 SERVER_SCRIPT = Path(__file__).with_name("server.py")
 ISOLATION_MODES = ("auto", "full", "uid", "rlimits")
 # isolation layers that ``Sandbox(without=...)`` can leave out, to measure what each one costs
-LAYERS = ("seccomp", "ipc_namespace", "scratch_tmpfs")
+LAYERS = ("seccomp", "ipc_namespace", "scratch_tmpfs", "hidden_proc")
 STARTUP_SECONDS = 30.0  # generous: two cores shared with a trainer can be slow to start Python
 GRACE_SECONDS = 5.0  # past the wall limit, the server itself is presumed hung
 UID_BASE, UID_SPAN = 2_000_000, 1_000_000  # unprivileged uids for children (no /etc/passwd entry needed)
@@ -176,12 +180,13 @@ class Sandbox:
         self.hash_seed = int(hash_seed)
         self.scratch = Path(tempfile.mkdtemp(prefix="populora-sandbox-", dir=scratch_dir))
         os.chmod(self.scratch, 0o711)  # children (other uids) may enter their own directory only
-        self._lanes: list[dict[int, _Server]] = [{} for _ in range(self.workers)]
+        self._lanes: list[dict[tuple[int, bool], _Server]] = [{} for _ in range(self.workers)]
         self._lock = threading.Lock()
         self._ids = itertools.count(1)  # next() on a count is atomic under the GIL
         self._closed = False
+        self._ephemeral: set = set()  # server keys of explicit seeds (closed once a batch leaves them out)
         self._finalizer = weakref.finalize(self, _shutdown, self._lanes, self.scratch)
-        first = self._server(0, 0)  # fail early, with a clear error, if the platform cannot start one
+        first = self._server(0, (replica_hash_seed(self.hash_seed, 0), False))  # fail early, clearly
         self.mode: str = first.mode  # the isolation the fork servers run in: full, uid or rlimits
         self.report: dict = first.report  # what the first server set up (namespaces, mounts, ...)
 
@@ -198,13 +203,15 @@ class Sandbox:
             if not isinstance(p, Program):
                 raise TypeError(f"run_many expects Program records, got {type(p).__name__}")
         outcomes: list[Outcome | None] = [None] * len(programs)
+        keys = [self._key(p) for p in programs]
         with self._lock:
-            todo = _Queue(programs)
+            self._retire_unused({k for k, p in zip(keys, programs) if p.hash_seed is not None}, set(keys))
+            todo = _Queue(keys)
             lanes = min(self.workers, len(programs))
             threads = [
                 threading.Thread(
                     target=self._lane_loop,
-                    args=(k, programs, todo, outcomes),
+                    args=(k, programs, keys, todo, outcomes),
                     name=f"sandbox-lane-{k}",
                     daemon=True,
                 )
@@ -217,6 +224,10 @@ class Sandbox:
         return [
             o if o is not None else results.crashed("lane_failed", "no outcome recorded") for o in outcomes
         ]
+
+    def server_count(self) -> int:
+        """Fork servers running now (over all lanes)."""
+        return len(self.server_pids())
 
     def server_pids(self) -> list[int]:
         """Process ids of the running fork servers (for tests of restart after a server's death)."""
@@ -233,36 +244,53 @@ class Sandbox:
         self.close()
 
     # --- internals -------------------------------------------------------------------------
-    def _config(self, lane: int, replica: int) -> dict:
+    def _key(self, program: Program) -> tuple[int, bool]:
+        """(hash seed, strip) of the fork servers that run ``program``."""
+        seed = program.hash_seed if program.hash_seed is not None else replica_hash_seed(self.hash_seed, program.replica)
+        if not 1 <= int(seed) <= 4_294_967_295:
+            raise ValueError(f"Program.hash_seed must be in [1, 2**32 - 1], got {seed}")
+        return int(seed), bool(program.strip)
+
+    def _retire_unused(self, ephemeral: set, wanted: set) -> None:
+        """Close the servers of explicit seeds (``Program.hash_seed``) that this batch does not use:
+        such a seed belongs to one step of the determinism check and never comes back. Servers of the
+        replicas' fixed seeds stay; so do the ones this batch needs."""
+        self._ephemeral |= ephemeral
+        for lane in self._lanes:
+            for key in [k for k in lane if k in self._ephemeral and k not in wanted]:
+                lane.pop(key).close()
+        self._ephemeral &= wanted
+
+    def _config(self, lane: int, key: tuple[int, bool]) -> dict:
         return {
             "limits": dataclasses.asdict(self.limits),
             "isolation": self.isolation,
             "scratch": str(self.scratch),
-            "uid": UID_BASE + int.from_bytes(os.urandom(4), "big") % UID_SPAN,
+            "uids": [UID_BASE, UID_SPAN],  # each program gets a uid of its own from this range
             "lane": lane,
-            "replica": replica,
+            "replica": f"{key[0]}{'-stripped' if key[1] else ''}",
+            "strip": key[1],
             "seccomp": self._seccomp,
             "without": list(self.without),
         }
 
-    def _server(self, lane: int, replica: int) -> _Server:
-        server = self._lanes[lane].get(replica)
+    def _server(self, lane: int, key: tuple[int, bool]) -> _Server:
+        server = self._lanes[lane].get(key)
         if server is None or not server.alive():
             if server is not None:
                 server.kill()
-            log = self.scratch / f"server-{lane}-{replica}.log"
-            seed = replica_hash_seed(self.hash_seed, replica)
-            server = self._lanes[lane][replica] = _Server(self._config(lane, replica), seed, log)
+            log = self.scratch / f"server-{lane}-{key[0]}{'-s' if key[1] else ''}.log"
+            server = self._lanes[lane][key] = _Server(self._config(lane, key), key[0], log)
         return server
 
-    def _lane_loop(self, lane: int, programs: list[Program], todo: _Queue, outcomes: list) -> None:
+    def _lane_loop(self, lane: int, programs: list[Program], keys: list, todo: _Queue, outcomes: list) -> None:
         timeout = float(self.limits.wall_seconds) + GRACE_SECONDS
         while not self._closed:  # closed from another thread (e.g. after an interrupt): stop feeding
             chunk = todo.take(self.workers)
             if not chunk:
                 return
             try:
-                server = self._server(lane, int(programs[chunk[0]].replica))
+                server = self._server(lane, keys[chunk[0]])
             except SandboxError as exc:
                 for i in chunk:
                     outcomes[i] = results.crashed("server_unavailable", str(exc))
@@ -288,7 +316,7 @@ class Sandbox:
 
 
 class _Queue:
-    """Indices of a batch, per replica, handed out in chunks to the lanes.
+    """Indices of a batch, per fork server (hash seed, strip), handed out in chunks to the lanes.
 
     A chunk goes to one fork server in one message, so the server runs it back to back without
     waiting for the caller between programs; chunks shrink towards the end of the batch so the
@@ -297,12 +325,12 @@ class _Queue:
 
     MAX_CHUNK = 8
 
-    def __init__(self, programs: list[Program]):
+    def __init__(self, keys: list):
         self._lock = threading.Lock()
-        self._replica = [int(p.replica) for p in programs]
-        self._by_replica: dict[int, collections.deque[int]] = {}
-        for i, replica in enumerate(self._replica):
-            self._by_replica.setdefault(replica, collections.deque()).append(i)
+        self._replica = list(keys)
+        self._by_replica: dict[object, collections.deque[int]] = {}
+        for i, key in enumerate(self._replica):
+            self._by_replica.setdefault(key, collections.deque()).append(i)
 
     def take(self, lanes: int) -> list[int]:
         with self._lock:

@@ -74,10 +74,36 @@ def is_sandbox_reason(reason: str | None) -> bool:
 _SIGNAL_NAMES = frozenset(s.name for s in signal.Signals)
 
 
+# causes that only the sandbox's own failures produce: a program cannot bring them about (its fork
+# server is PID 1 of its namespace under another uid; setup_failed is given only when the server
+# saw that the child never finished its confinement, see ``classify``)
+INFRASTRUCTURE_CAUSES = frozenset({"setup_failed", "server_died", "server_error", "server_unavailable", "lane_failed"})
+# ours: a program killed at the wall-clock limit that never blocked (no voluntary context switch)
+# and ran on a CPU for less than this fraction of the limit was starved by the host, not stalled
+STARVED_CPU_FRACTION = 0.5
+
+
 def crashed(cause: str, detail: str) -> Outcome:
     if cause not in CRASH_CAUSES:
         raise ValueError(f"unknown crash cause {cause!r}")
-    return Outcome(status=CRASHED, reason=f"crashed:{cause}", detail=clean_text(detail))
+    return Outcome(
+        status=CRASHED,
+        reason=f"crashed:{cause}",
+        detail=clean_text(detail),
+        infrastructure=cause in INFRASTRUCTURE_CAUSES,
+    )
+
+
+def starved(answer: dict, wall_seconds: float) -> bool:
+    """Whether a child killed at the wall-clock limit was starved by the host: it never blocked
+    (``nvcsw``, its voluntary context switches, is 0: no sleep, no wait on a pipe, a lock or a
+    page read) and got less than ``STARVED_CPU_FRACTION`` of the limit on a CPU. A program that
+    stalls (sleeps, blocks on its result pipe) blocks; one that computes past the limit gets the
+    CPU; neither passes for starved."""
+    try:
+        return int(answer["nvcsw"]) == 0 and float(answer["cpu"]) < STARVED_CPU_FRACTION * float(wall_seconds)
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def check_result(buf: bytes, overflow: bool, token: str, expected_values: int, limit: int) -> Outcome:
@@ -114,7 +140,9 @@ def classify(answer: dict, res: bytes, out: bytes, token: str, expected_values: 
     if answer.get("error"):
         outcome = crashed("server_error", f"fork server failed on this program: {answer['error']}")
     elif answer.get("timed_out"):
-        outcome = Outcome(TIMEOUT, "timeout", detail=f"wall-clock limit of {limits.wall_seconds} s")
+        host = starved(answer, limits.wall_seconds)
+        detail = f"wall-clock limit of {limits.wall_seconds} s" + (" (starved by the host)" if host else "")
+        outcome = Outcome(TIMEOUT, "timeout", detail=detail, infrastructure=host)
     elif answer.get("signal") is not None:
         sig = int(answer["signal"])
         cpu_limit = max(1, math.ceil(limits.cpu_seconds))
@@ -130,7 +158,7 @@ def classify(answer: dict, res: bytes, out: bytes, token: str, expected_values: 
                 outcome = crashed("signal", f"killed by signal {sig}")
     else:
         code = int(answer.get("exit") or 0) & 0xFF
-        if code == SETUP_FAILED and not res:
+        if code == SETUP_FAILED and not res and not answer.get("setup_done"):
             outcome = crashed(
                 "setup_failed", f"the child could not be confined; the program did not run: {stdout}"
             )

@@ -5,7 +5,14 @@
 the entry function (``no_entry_function``), calls it once per call and returns ``repr()`` of each
 result. Any exception is ``runtime_error:<TypeName>``; ``MemoryError`` is ``memory``;
 ``SystemExit`` (``sys.exit``) is ``crashed:SystemExit`` (never a valid, empty output); a repr over
-the limit is ``output_too_large`` (never truncated).
+the limit is ``output_too_large`` (never truncated). A repr is taken as an exact ``str`` copy, so a
+``str`` subclass that lies about its length (``__len__``) or its encoding cannot slip past the limit
+or stall the result channel.
+
+``before_run`` (the fork server's) is called once the program is compiled and its inputs parsed,
+right before its module body runs: the server learns there that the child's setup is over, and a
+stripped server strips the child there (``strip.py``) and returns the namespace of the program's
+``__main__`` module (else None: a fresh dictionary).
 
 Standard library only: the fork server imports it as a top-level module.
 """
@@ -66,7 +73,16 @@ def _failure(exc: BaseException) -> Result:
     return ("error", f"runtime_error:{_type_name(exc)[:80]}", [], _detail(exc))
 
 
-def execute(source: str, entry: str | None, calls: list[str], max_output_chars: int) -> Result:
+def exact_text(text) -> str:
+    """``repr()``'s result as an exact ``str`` (a subclass is copied by ``str.__str__``, which no
+    override of the subclass reaches); TypeError for anything else."""
+    if not isinstance(text, str):
+        raise TypeError("__repr__ returned a non-string")
+    return str.__str__(text)
+
+
+def execute(source: str, entry: str | None, calls: list[str], max_output_chars: int,
+            before_run=None) -> Result:
     try:
         code = compile(source, "<program>", "exec")
     except (SyntaxError, ValueError, OverflowError) as exc:  # ValueError: null bytes
@@ -79,7 +95,8 @@ def execute(source: str, entry: str | None, calls: list[str], max_output_chars: 
         parsed = [parse_call(text) for text in calls]
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
         return ("error", "bad_input", [], _detail(exc))
-    module = {"__name__": "__main__", "__builtins__": builtins, "__file__": "<program>"}
+    module = (before_run() if before_run is not None else None) or {}
+    module.update({"__name__": "__main__", "__builtins__": builtins, "__file__": "<program>"})
     try:
         exec(code, module)
     except BaseException as exc:  # any exception a program raises is its outcome, not ours
@@ -92,9 +109,7 @@ def execute(source: str, entry: str | None, calls: list[str], max_output_chars: 
     values = []
     try:
         for args, kwargs in parsed:
-            text = repr(func(*args, **kwargs))
-            if not isinstance(text, str):
-                raise TypeError("__repr__ returned a non-string")
+            text = exact_text(repr(func(*args, **kwargs)))
             if len(text) > max_output_chars:
                 return ("output_too_large", "output_too_large", [], f"repr of {len(text)} characters")
             values.append(text)

@@ -44,6 +44,7 @@ import isolation  # noqa: E402
 import protocol  # noqa: E402
 import runner  # noqa: E402
 import scratch  # noqa: E402
+import strip  # noqa: E402
 
 # What AZR-style programs import (the task environment's allow-list); imported once here so that a
 # child's import is a dictionary lookup. Each extra module makes every fork a little dearer.
@@ -64,7 +65,10 @@ class Server:
         self.limits = config["limits"]
         self.mode = mode
         self.report = report
-        self.uid = config.get("uid") if mode in ("full", "uid") else None
+        # each program runs as a uid of its own, drawn per program from this range: nothing the
+        # kernel counts per user (queued signals, descriptors in flight, pipe buffers) carries over
+        self.uids = tuple(config["uids"]) if mode in ("full", "uid") else None
+        self.strip = bool(config.get("strip"))
         self.req = req  # watched during each program: a hang-up means the caller is gone
         self.name = f"lane{config['lane']}-replica{config['replica']}"  # servers may share a scratch root
         self.scratch_root = config["scratch"]
@@ -86,32 +90,45 @@ class Server:
     def run(self, job: dict, body: int) -> tuple[dict, memoryview, memoryview, str | None]:
         """Run the job whose body is in the memfd ``body``: (answer header, result bytes, output
         bytes, why this server must retire or None). The two views are zeroed by the caller."""
+        uid = None
+        if self.uids is not None:
+            base, span = self.uids
+            uid = base + int.from_bytes(os.urandom(4), "big") % span
         if self.tmpfs:
             workdir = isolation.WORK_DIR
-            isolation.mount_scratch(self.uid, self.scratch_bytes)
+            isolation.mount_scratch(uid, self.scratch_bytes)
         else:  # a random name, not a counter: a program learns nothing of the jobs before it
             workdir = os.path.join(self.scratch_root, f"{self.name}-job-{os.urandom(8).hex()}")
             os.mkdir(workdir, 0o700)
-            if self.uid is not None:
-                os.chown(workdir, self.uid, self.uid)
+            if uid is not None:
+                os.chown(workdir, uid, uid)
         r_res, w_res = os.pipe()
         r_out, w_out = os.pipe()
+        # one byte here, written by the child once its setup is over and before the program runs:
+        # a child that exits with SETUP_FAILED without it never ran the program (results.classify)
+        r_setup, w_setup = os.pipe2(os.O_NONBLOCK)
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
             try:
-                self._child(body, workdir, w_res, w_out)  # ends in os._exit
+                self._child(body, workdir, w_res, w_out, w_setup, uid)  # ends in os._exit
             finally:
                 os._exit(SETUP_FAILED + 2)
         os.close(w_res)
         os.close(w_out)
+        os.close(w_setup)
         retire = None
         try:
             answer, res, out = self._supervise(job, pid, r_res, r_out, start)
+            try:
+                answer["setup_done"] = os.read(r_setup, 1) == b"1"
+            except BlockingIOError:
+                answer["setup_done"] = False
         finally:
             self._kill_rest(pid)
             os.close(r_res)
             os.close(r_out)
+            os.close(r_setup)
             if self.tmpfs:
                 if not isolation.unmount_scratch():
                     retire = "the program's scratch tmpfs could not be detached"
@@ -120,7 +137,7 @@ class Server:
         answer["id"] = job["id"]
         return answer, res, out, retire
 
-    def _child(self, body: int, workdir: str, w_res: int, w_out: int) -> None:
+    def _child(self, body: int, workdir: str, w_res: int, w_out: int, w_setup: int, uid: int | None) -> None:
         try:
             # Own process group, in the server's session (which has no controlling terminal). Not
             # setsid(): with scheduler autogroups it costs ~2 ms and gives each child its own CPU share.
@@ -140,9 +157,10 @@ class Server:
             os.dup2(w_out, 1)
             os.dup2(w_out, 2)
             os.dup2(w_res, 3)
-            os.closerange(4, 1 << 20)  # the caller's pipes, the other jobs' memfds, everything else
+            os.dup2(w_setup, 4)
+            os.closerange(5, 1 << 20)  # the caller's pipes, the other jobs' memfds, everything else
             os.chdir(workdir)
-            isolation.confine_child(self.limits, self.uid, self.own_ipc, self.seccomp)
+            isolation.confine_child(self.limits, uid, self.own_ipc, self.seccomp)
             out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), "utf-8", "backslashreplace")
             err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), "utf-8", "backslashreplace")
             sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), "utf-8", "replace")
@@ -158,7 +176,8 @@ class Server:
         finish = _make_finish(job["token"], out, err)
         source, entry, calls = job["source"], job.get("entry"), job.get("calls") or []
         del job  # the program's frame walk finds its own inputs only, and not twice
-        finish(runner.execute(source, entry, calls, int(self.limits["max_output_chars"])))
+        finish(runner.execute(source, entry, calls, int(self.limits["max_output_chars"]),
+                              _make_before_run(self.strip)))
 
     def _supervise(self, job: dict, pid: int, r_res: int, r_out: int, start: float):
         limits = self.limits
@@ -214,6 +233,8 @@ class Server:
         answer = {
             "seconds": time.monotonic() - start,
             "cpu": usage.ru_utime + usage.ru_stime,
+            # voluntary context switches: 0 means the child never blocked (results.starved)
+            "nvcsw": usage.ru_nvcsw,
             "timed_out": timed_out,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
@@ -249,6 +270,20 @@ class Server:
                 pass
             if reap_child:
                 isolation.kill_descendants()
+
+
+def _make_before_run(stripped: bool):
+    """What the child does right before the program's module body runs: say that its setup is over
+    (one byte on descriptor 4, then closed, so the program cannot touch it) and, on a stripped
+    server, strip builtins and empty the capability modules (``strip.strip_child``)."""
+    write, close, clear = os.write, os.close, strip.strip_child
+
+    def before_run():
+        write(4, b"1")
+        close(4)
+        return clear() if stripped else None
+
+    return before_run
 
 
 def _make_finish(token: str, out, err):
@@ -323,9 +358,11 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
             __import__(name)
         except ImportError:
             report.setdefault("not_preloaded", []).append(name)
-    gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write pages)
     os.environ.pop("PYTHONHASHSEED", None)  # the hash secret is already drawn; children need no copy
     server = Server(config, mode, report, req)
+    if server.strip:  # after the preloads (nothing can be imported later), before the first child
+        report["strip"] = strip.prepare()
+    gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write pages)
     report["seccomp"] = (
         "loaded in every child"
         if server.seccomp
@@ -398,7 +435,10 @@ def main(argv: list[str]) -> int:
                 os._exit(0)  # the outer process died before the death signal was armed
         except BlockingIOError:
             pass
-        report["proc"] = isolation.mount_private_proc()
+        if "hidden_proc" in config.get("without", ()):
+            report["proc"] = isolation.mount_private_proc()
+        else:  # programs see an empty /proc: no host-wide counters (stat, meminfo, inode numbers)
+            report["proc"] = "hidden"
         serve(config, mode, report, req, resp)
         os._exit(0)
     os.close(lifeline_r)
