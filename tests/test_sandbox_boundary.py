@@ -202,7 +202,8 @@ def test_no_other_job_in_a_childs_memory(victim_first):
     )
     attacker = Program(SCAN.format(own=own), calls=("0",))
     pair = [victim, attacker] if victim_first else [attacker, victim]
-    with Sandbox(limits=LIMITS, workers=1) as box:
+    # the scan reads /proc/self/maps: /proc is mounted for it (programs see an empty /proc otherwise)
+    with Sandbox(limits=LIMITS, workers=1, without=("hidden_proc",)) as box:
         outs = box.run_many(pair + [HONEST] * 30)  # >= 8 programs: the pair shares one chunk
         scan = outs[pair.index(attacker)]
         assert scan.ok, scan
@@ -346,13 +347,14 @@ def test_replicas_cannot_agree_on_a_random_value(monkeypatch, without):
     are refused; without it, replica 1 runs after replica 0 has finished and finds no partner."""
     needs_full()
     from populora.tasks import programs, validation
+    from populora.tasks.config import TaskEnv
     from populora.tasks.records import Proposal
 
     monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)  # the sandbox alone
     program = corpus_program("replicas_flock_agree").source
     proposals = [Proposal(type="code_o", program=program, inputs=("0",)) for _ in range(2)]
     with Sandbox(limits=LIMITS, workers=2, without=without) as box:
-        verdicts = validation.validate_many(proposals, box)
+        verdicts = validation.validate_many(proposals, box, TaskEnv(strip=False))  # no strip layer either
         assert [v.valid for v in verdicts] == [False, False], verdicts
         expected = "runtime_error:PermissionError" if not without else "nondeterministic"
         assert {v.reason for v in verdicts} == {expected}

@@ -177,13 +177,18 @@ def test_a_task_whose_program_changes_its_answer_at_the_check_is_invalid():
     assert bufs.discard({"code_o-0"}) == 1 and t not in bufs["code_o"] and bufs.discard({"code_o-0"}) == 0
 
 
-def test_a_rerun_lost_to_a_limit_keeps_the_tasks_verdict():
+def test_a_rerun_outcome_the_program_can_choose_is_a_change():
+    """issue 32: a limit, an exit or a signal at the re-run is the program's doing (it can stall or
+    exhaust a limit at will); only a failure the sandbox proves is its own keeps the verdict."""
     from populora.sandbox import Outcome
     from populora.tasks import checking
 
     t = task(0)
-    assert checking.rerun_changed(t, Outcome("timeout", "timeout")) is None
-    assert checking.rerun_changed(t, Outcome("crashed", "crashed:server_died")) is None
+    for chosen in (Outcome("timeout", "timeout"), Outcome("memory", "memory"), Outcome("crashed", "crashed:SystemExit"),
+                   Outcome("crashed", "crashed:SIGKILL"), Outcome("crashed", "crashed:exit_121")):
+        assert checking.rerun_changed(t, chosen) is True, chosen
+    assert checking.rerun_changed(t, Outcome("crashed", "crashed:server_died", infrastructure=True)) is None
+    assert checking.rerun_changed(t, Outcome("timeout", "timeout", infrastructure=True)) is None  # starved
     assert checking.rerun_changed(t, Outcome("error", "runtime_error:ValueError")) is True
     assert checking.rerun_changed(t, Outcome("ok", None, ["1"])) is False
     f = Task(id="f", type="code_f", program="def f(x):\n    return x", inputs=("1", "2", "3"), outputs=("1", "2", "3"),

@@ -48,31 +48,39 @@ def test_valid_code_o_and_code_i(sandbox):
     assert t.id.startswith("code_i-")
 
 
-def test_one_batch_with_two_replicas(sandbox):
+def test_one_batch_per_replica_in_turns(sandbox):
+    from populora.tasks.determinism import replica_seed
+
     rec = RecordingSandbox(sandbox)
     props = [io(f"def f(x):\n    return x + {i}", str(i)) for i in range(5)] + [
         io("import os\ndef f(x):\n    return x", "1")
     ]
     vs = validate_many(props, rec)
-    # one run_many per replica, replica 1 after replica 0 has returned (never at the same time)
-    assert len(rec.batches) == 2
-    assert [p.replica for p in rec.batches[0]] == [0] * 5  # 5 runnable proposals; the banned one never runs
-    assert [p.replica for p in rec.batches[1]] == [1] * 5
+    # one run_many per replica, each after the previous one has returned (never at the same time)
+    assert len(rec.batches) == len(TaskEnv().replicas) == 4
+    for k, batch in enumerate(rec.batches):
+        assert [p.replica for p in batch] == [k] * 5  # 5 runnable proposals; the banned one never runs
+        # the seeds of step 3 of the sandbox's run seed; every program runs stripped
+        assert {p.hash_seed for p in batch} == {replica_seed(sandbox.hash_seed, 3, k)}
+        assert all(p.strip for p in batch)
     assert [v.valid for v in vs] == [True] * 5 + [False]
     assert validate_many([io("import os\ndef f(x):\n    return x", "1")], rec)[0].reason == "banned:os"
-    assert len(rec.batches) == 2  # nothing to run -> no sandbox call
+    assert len(rec.batches) == 4  # nothing to run -> no sandbox call
     together = RecordingSandbox(sandbox)
     validate_many(props, together, TaskEnv(replicas_in_turn=False))
-    assert len(together.batches) == 1 and len(together.batches[0]) == 10  # the old layout, for benchmarks
+    assert len(together.batches) == 1 and len(together.batches[0]) == 20  # the old layout, for benchmarks
 
 
-def test_replica_turns_group_each_execution():
-    from populora.tasks.validation import replica_turns
-
-    assert replica_turns(6, 2) == [[0, 2, 4], [1, 3, 5]]
-    assert replica_turns(0, 2) == [[], []]
-    with pytest.raises(ValueError):
-        replica_turns(5, 2)
+def test_a_decided_proposal_leaves_the_turns_that_follow(sandbox):
+    rec = RecordingSandbox(sandbox)
+    fails = io("def f(x):\n    return 1 // x", "0")
+    ok = io("def f(x):\n    return x", "1")
+    a, b = validate_many([fails, ok], rec)
+    assert a.reason == "runtime_error:ZeroDivisionError" and b.valid
+    assert [len(batch) for batch in rec.batches] == [2, 1, 1, 1]
+    full = RecordingSandbox(sandbox)
+    validate_many([fails, ok], full, TaskEnv(early_stop=False))
+    assert [len(batch) for batch in full.batches] == [2, 2, 2, 2]
 
 
 def test_second_def_helpers_and_classes_allowed(sandbox):
@@ -212,8 +220,28 @@ def test_code_f_outputs_must_not_depend_on_earlier_calls(sandbox):
     assert ok.valid and ok.outputs == tuple(
         str(3 * i) for i in range(10)
     )  # state that does not change outputs is fine
-    first, second = rec.batches[0][0], rec.batches[1][0]  # replica 0's turn, then replica 1's
-    assert second.calls == first.calls[::-1] and (first.replica, second.replica) == (0, 1)
+    # the first execution: each input alone, in a child of its own; the others: one child each, the
+    # calls in an order drawn from the execution's seed
+    first = rec.batches[0]
+    assert len(first) == 20 and all(len(p.calls) == 1 for p in first)
+    assert [p.calls[0] for p in first[10:]] == [str(i) for i in range(10)]
+    later = [batch[-1].calls for batch in rec.batches[1:]]
+    assert all(sorted(calls, key=int) == [str(i) for i in range(10)] for calls in later)
+    assert len(set(later)) == len(later)  # a different order in each
+
+
+def test_symmetric_call_order_tricks_are_caught(sandbox):
+    """issue 32: an output that depends on how many times f was called, symmetrically (the k-th call
+    from either end), passed both orders of the layout before; each input alone does not."""
+    program = (
+        "calls = []\n\ndef f(n):\n    calls.append(n)\n"
+        "    return n + (100 if len(calls) in (1, 10) else 0)"
+    )
+    (v,) = validate_many([code_f([str(i) for i in range(10)], program=program)], sandbox)
+    assert (v.valid, v.reason) == (False, "nondeterministic")
+    old = TaskEnv(replicas=(0, 1), replica_seeds="fixed", isolated_calls=False)
+    (fooled,) = validate_many([code_f([str(i) for i in range(10)], program=program)], sandbox, old)
+    assert fooled.valid  # what the layout before issue 32 accepted
 
 
 # --- reason kinds: a fixed set (metric names are built from them) ---------------------------------

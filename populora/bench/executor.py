@@ -1,28 +1,34 @@
-"""`populora bench executor`: proposal validation throughput, our sandbox against the naive approach.
+"""`populora bench executor`: proposal validation throughput, our sandbox against the naive approach,
+and what each measure of the determinism check costs.
 
 The same fixed corpus of AZR-style proposals (``populora/tasks/data/bench_corpus.jsonl``: string,
 list, dict, recursion, class and helper programs, and invalid ones: banned imports and names,
 exceptions, hash-order nondeterminism, non-literal and oversized outputs, time and memory limits,
-syntax errors, bad inputs) is validated three ways in one run, with the same limits and the same
-validator (static checks, two executions per proposal compared for determinism):
+syntax errors, bad inputs) is validated in one run by
 
-1. ``Sandbox.run_many``: fork servers that fork one confined child per execution, all workers busy;
+1. ``Sandbox.run_many`` under the determinism layouts ``LAYOUTS``, side by side: the layout before
+   issue 32 (two replicas with fixed hash seeds, all calls of a code_f proposal in one child, every
+   turn run in full, no strip layer), then each measure of issue 32 added in turn (a proposal whose
+   verdict is made leaves the turns that follow; four replicas; hash seeds drawn per step on fresh
+   fork servers; code_f inputs alone in the first execution; the runtime strip layer), the last row
+   being the new layout (``TaskEnv()``'s defaults). Each validation is a new step, as in a run, so
+   the seeds (and fork servers) are new each time;
 2. naive, serial: one fresh ``python -c`` process per execution, one at a time (what a single
-   executor worker does, as in the AZR reference);
-3. naive, parallel: the same ``python -c`` processes, ``workers`` at a time;
-
-and, for the cost of running the determinism replicas one after the other (``run_replicas``),
-the sandbox again with both replicas in one batch at the same time (the layout before issue 22).
+   executor worker does, as in the AZR reference), with the layout before issue 32;
+3. naive, parallel: the same ``python -c`` processes, ``workers`` at a time.
 
 ``--repeat N`` runs N rounds that alternate the approaches and keeps each one's best time, so that
-a change of machine load does not favour one of them. It prints validations per second and the
-ratios, the floor that executions stopped by the wall-clock limit put under every approach, and checks that every proposal gets the same
-verdict from every approach (mismatches are printed and make the exit status 1).
+a change of machine load does not favour one of them. It prints validations per second, each
+layout's time against the layout before issue 32 and what each measure added, the floor that
+executions stopped by the wall-clock limit put under every approach, and checks that every
+proposal gets the same verdict from every approach and the label written in the corpus
+(mismatches are printed and make the exit status 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -31,7 +37,17 @@ from collections import Counter
 from importlib import resources
 
 CORPUS = "bench_corpus.jsonl"
-TOGETHER = "sandbox, replicas together"  # both replicas in one run_many (the layout before issue 22)
+BEFORE = {"replicas": (0, 1), "replica_seeds": "fixed", "isolated_calls": False, "early_stop": False, "strip": False}
+# (row label, TaskEnv settings): the layout before issue 32, then each measure added in turn
+LAYOUTS = (
+    ("before issue 32", BEFORE),
+    ("+ early stop", {**BEFORE, "early_stop": True}),
+    ("+ 4 replicas", {**BEFORE, "early_stop": True, "replicas": (0, 1, 2, 3)}),
+    ("+ seeds per step", {**BEFORE, "early_stop": True, "replicas": (0, 1, 2, 3), "replica_seeds": "step"}),
+    ("+ inputs alone", {**BEFORE, "early_stop": True, "replicas": (0, 1, 2, 3), "replica_seeds": "step",
+                        "isolated_calls": True}),
+    ("+ strip layer (new)", {}),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,13 +141,12 @@ def run(args: argparse.Namespace) -> int:
     rows = load_corpus(args.corpus)
     proposals = corpus_proposals(rows)
     workers = args.workers or os.cpu_count() or 1
-    cfg = TaskEnv(max_output_chars=limits.max_output_chars)
-    together = cfg.replace(replicas_in_turn=False)
-    n_exec = sum(len(cfg.replicas) for p in proposals if static_reason(p, cfg)[0] is None)
+    envs = {name: TaskEnv(max_output_chars=limits.max_output_chars, **kw) for name, kw in LAYOUTS}
+    new, old = envs[LAYOUTS[-1][0]], envs[LAYOUTS[0][0]]
     types = Counter(p.type for p in proposals)
     print(
         f"corpus: {len(proposals)} proposals ({', '.join(f'{t} {c}' for t, c in sorted(types.items()))}); "
-        f"{n_exec} executions after the static checks"
+        f"{sum(static_reason(p, new)[0] is None for p in proposals)} run after the static checks"
     )
     print(
         f"limits: wall {limits.wall_seconds} s, cpu {limits.cpu_seconds} s, memory {limits.memory_mb} MB, "
@@ -142,12 +157,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_serial:
         approaches["naive python -c, serial"] = NaiveExecutor(limits, 1)
     approaches[f"naive python -c, {workers} at a time"] = NaiveExecutor(limits, workers)
-    results: dict[str, tuple[list, float]] = {}
+    results: dict[str, tuple[list, float, int]] = {}  # name -> (verdicts, seconds, executions)
+    steps = iter(range(1, 1 << 30))
 
-    def keep_best(name: str, run) -> None:
-        verdicts, seconds = _timed(run)
+    def keep_best(name: str, executor, env) -> None:
+        batch = [dataclasses.replace(p, step=next(steps)) for p in proposals]  # a new step: new seeds
+        counter = _Counting(executor)
+        verdicts, seconds = _timed(lambda: validate_many(batch, counter, env))
         if name not in results or seconds < results[name][1]:
-            results[name] = (verdicts, seconds)
+            results[name] = (verdicts, seconds, counter.executions)
 
     start = time.perf_counter()
     with Sandbox(limits=limits, workers=workers) as sandbox:
@@ -155,58 +173,67 @@ def run(args: argparse.Namespace) -> int:
         mode = getattr(sandbox, "mode", "")
         # rounds alternate the approaches so that a change of machine load hits all of them
         for _ in range(max(1, args.repeat)):
-            keep_best("sandbox", lambda: validate_many(proposals, sandbox, cfg))
-            # the replicas' layout before issue 22 (both in one batch, at the same time), for the cost
-            keep_best(TOGETHER, lambda: validate_many(proposals, sandbox, together))
+            for name, env in envs.items():
+                keep_best(name, sandbox, env)
             for name, executor in approaches.items():
-                keep_best(name, lambda executor=executor: validate_many(proposals, executor, cfg))
+                keep_best(name, executor, old)
 
-    base = results["sandbox"][1]
-    print(f"best of {max(1, args.repeat)} round(s)")
-    print(f"{'approach':<32}{'seconds':>9}{'validations/s':>15}{'sandbox speed-up':>18}")
-    for name, (_, seconds) in results.items():
-        label = f"sandbox run_many ({mode})" if name == "sandbox" and mode else name
-        print(f"{label:<32}{seconds:>9.2f}{len(proposals) / seconds:>15.1f}{seconds / base:>17.1f}x")
+    base = results[LAYOUTS[0][0]][1]
+    print(f"best of {max(1, args.repeat)} round(s); sandbox in {mode or 'unknown'} mode")
+    print(f"{'layout / approach':<34}{'executions':>11}{'seconds':>9}{'validations/s':>15}"
+          f"{'x before':>10}{'measure adds':>14}")
+    previous = None
+    for name, (_, seconds, executions) in results.items():
+        label = f"sandbox, {name}" if name in envs else name
+        adds = f"{seconds - previous:+.2f} s" if name in envs and previous is not None else ""
+        print(f"{label:<34}{executions:>11}{seconds:>9.2f}{len(proposals) / seconds:>15.1f}"
+              f"{seconds / base:>9.2f}x{adds:>14}")
+        previous = seconds if name in envs else previous
+    slowest = max(s for _, s, _ in results.values())
     print(
-        f"sandbox start-up (once, not in the figure above): {startup:.2f} s; "
-        f"with it the speed-up over the slowest naive run is "
-        f"{max(s for _, s in results.values()) / (base + startup):.1f}x"
+        f"sandbox start-up (once, not in the figures above): {startup:.2f} s; the new layout takes "
+        f"{results[LAYOUTS[-1][0]][1] / base:.2f}x the time of the layout before issue 32; the sandbox "
+        f"(layout before issue 32) is {slowest / base:.1f}x faster than the slowest naive run"
     )
 
-    verdicts = results["sandbox"][0]
-    n_limit = len(cfg.replicas) * sum(v.reason == "timeout" for v in verdicts)
+    verdicts = results[LAYOUTS[0][0]][0]
+    n_limit = sum(v.reason == "timeout" for v in verdicts)
     print(
-        f"executions that hit the {limits.wall_seconds} s wall limit: {n_limit}, a floor of "
-        f"{n_limit * limits.wall_seconds / workers:.1f} s for {workers} at a time and "
-        f"{n_limit * limits.wall_seconds:.1f} s serial, whatever the executor"
+        f"proposals that hit the {limits.wall_seconds} s wall limit: {n_limit}; each costs the limit once "
+        f"per execution it runs (two before issue 32, one with early stop), whatever the executor"
     )
-    if n_limit:
-        floor_parallel = n_limit * limits.wall_seconds / workers
-        above = base - floor_parallel
-        parts = []
-        for name, (_, seconds) in results.items():
-            if name != "sandbox" and above > 0:
-                floor = n_limit * limits.wall_seconds / (1 if name.endswith("serial") else workers)
-                parts.append(f"{(seconds - floor) / above:.1f}x over {name}")
-        print("speed-up on the time above that floor: " + ", ".join(parts))
-    kinds = Counter((v.reason or "valid").split(":")[0] for v in verdicts)
-    print("verdicts: " + ", ".join(f"{k} {c}" for k, c in sorted(kinds.items())))
+    kinds = Counter((v.reason or "valid").split(":")[0] for v in results[LAYOUTS[-1][0]][0])
+    print("verdicts (new layout): " + ", ".join(f"{k} {c}" for k, c in sorted(kinds.items())))
     status = 0
-    for name, (other, _) in results.items():
-        if name == "sandbox":
+    reference = results[LAYOUTS[-1][0]][0]
+    for name, (other, _, _) in results.items():
+        if name == LAYOUTS[-1][0]:
             continue
         diff = [
-            (i, a.reason, b.reason) for i, (a, b) in enumerate(zip(verdicts, other)) if a.reason != b.reason
+            (i, a.reason, b.reason) for i, (a, b) in enumerate(zip(reference, other)) if a.reason != b.reason
         ]
         print(f"same verdicts as {name}: {len(proposals) - len(diff)}/{len(proposals)}")
         for i, a, b in diff:
-            print(f"  mismatch on corpus line {i + 1}: sandbox {a!r}, {name} {b!r}")
+            print(f"  mismatch on corpus line {i + 1}: new layout {a!r}, {name} {b!r}")
         status |= 1 if diff else 0
     expected = [
-        (i, r.get("expect"), v.reason) for i, (r, v) in enumerate(zip(rows, verdicts)) if "expect" in r
+        (i, r.get("expect"), v.reason) for i, (r, v) in enumerate(zip(rows, reference)) if "expect" in r
     ]
     off = [(i, e, g) for i, e, g in expected if e != g]
     print(f"verdicts as labelled in the corpus: {len(expected) - len(off)}/{len(expected)}")
     for i, e, g in off:
         print(f"  corpus line {i + 1}: labelled {e!r}, got {g!r}")
     return status
+
+
+class _Counting:
+    """An executor that counts the programs it is given (the executions of a layout)."""
+
+    def __init__(self, executor) -> None:
+        self.executor = executor
+        self.executions = 0
+        self.hash_seed = getattr(executor, "hash_seed", 0)
+
+    def run_many(self, programs):
+        self.executions += len(programs)
+        return self.executor.run_many(programs)

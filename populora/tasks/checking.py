@@ -15,18 +15,24 @@ The task kind (``populora.tasks.kinds``) reads and judges each answer:
 
 All sandbox work of a batch goes into ONE ``run_many`` call.
 
-``check_and_rerun`` also runs each task's own program again on its gold inputs, in the same batch:
-a program that no longer gives its gold outputs was nondeterministic after all (its two validation
-executions agreed by chance, or it reads something that changes between runs, such as the clock).
-Such a task cannot be judged; the solve stage gives its teacher the invalid reward
+``check_and_rerun`` also runs each task's own program again on its gold inputs, in the same batch,
+under one more replica's hash seed and each input alone (``determinism.rerun_programs``): a
+program that no longer gives its gold outputs was nondeterministic after all (its validation
+executions agreed by chance, or it reads something that changes between runs). Any outcome the
+program can bring about counts as changed: an error, a memory or CPU-time limit, an exit, a
+signal, a stall; only a failure the sandbox proves is its own (``Outcome.infrastructure``) keeps
+the verdict. Such a task cannot be judged; the solve stage gives its teacher the invalid reward
 (``selfplay/stages.py``).
+
+Every program here runs with the runtime strip layer (``tasks.strip``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
-from populora.sandbox.api import Program
+import populora.tasks.determinism as determinism
 from populora.tasks.config import TaskEnv
 from populora.tasks.kinds.base import CheckRun, Judgement
 from populora.tasks.kinds.registry import get_kind
@@ -49,24 +55,28 @@ def gold_calls(task: Task) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return (task.inputs, task.outputs) if task.inputs else ((task.input,), (task.output,))
 
 
-def rerun_changed(task: Task, outcome) -> bool | None:
-    """Whether one more execution of ``task``'s program on its gold inputs (``outcome``) gave other
-    outputs than its gold ones: compared as validation compared its two executions (the kind's
-    ``outputs_of``, text for text). ``None`` when the outcome may not be the program's doing (a time
-    or memory limit on a loaded machine, a crash of the execution): the task keeps its verdict."""
+def rerun_changed(task: Task, outcomes, order: list[int] | None = None) -> bool | None:
+    """Whether one more execution of ``task``'s program on its gold inputs (``outcomes``: the
+    outcomes of its ``determinism.rerun_programs``, whose calls ran in ``order``; or one outcome of
+    calls in input order) gave other outputs than its gold ones, compared as validation compares
+    its executions. ``None`` only when the sandbox
+    proves the outcome is not the program's doing (``Outcome.infrastructure``): the task keeps its
+    verdict. A time, memory or CPU limit, an exit, a signal or a forged result is the program's."""
     inputs, outputs = gold_calls(task)
-    reason, values = get_kind(task.type).outputs_of(outcome, len(inputs))
-    if reason is not None and (reason.startswith("crashed:") or reason in ("timeout", "memory")):
-        return None
-    return reason is not None or tuple(values) != tuple(outputs)
+    if not isinstance(outcomes, (list, tuple)):
+        outcomes = [outcomes]
+    if order is None and len(outcomes) == 1:
+        order = list(range(len(inputs)))
+    return determinism.rerun_changed(task.type, inputs, outputs, outcomes, order)
 
 
 def check_and_rerun(
-    items: Sequence[tuple[Task, str]], rerun: Sequence[Task], sandbox, env: TaskEnv
+    items: Sequence[tuple[Task, str]], rerun: Sequence[Task], sandbox, env: TaskEnv, step: int | None = None
 ) -> tuple[list[Judgement], frozenset[str]]:
     """``check_many`` of ``items`` and, in the same sandbox batch, one more execution of every task of
     ``rerun`` on its gold inputs; returns the judgements and the ids of the tasks whose program no
-    longer gives its gold outputs (``rerun_changed``)."""
+    longer gives its gold outputs (``rerun_changed``). The re-run's seed is drawn from the
+    sandbox's run seed and ``step`` (default: the newest ``Task.step`` of ``rerun``)."""
     results: list[Judgement | None] = [None] * len(items)
     runs: list[tuple[int, CheckRun, int]] = []  # (item index, run, first program)
     programs = []
@@ -81,8 +91,16 @@ def check_and_rerun(
         else:
             runs.append((i, plan, len(programs)))
             programs.extend(plan.programs)
-    first_rerun = len(programs)
-    programs.extend(Program(t.program, entry=env.entry, calls=gold_calls(t)[0]) for t in rerun)
+    if env.strip:
+        programs = [dataclasses.replace(p, strip=True) for p in programs]
+    if step is None:
+        step = max((t.step for t in rerun), default=0)
+    spans = []  # (task, call order, first program, count) of the re-runs
+    for t in rerun:
+        progs, order = determinism.rerun_programs(t.program, gold_calls(t)[0], env, determinism.run_seed_of(sandbox),
+                                                  step)
+        spans.append((t, order, len(programs), len(progs)))
+        programs.extend(progs)
     if programs and sandbox is None:
         raise ValueError("check_many: answers that must run need a sandbox")
     outcomes = sandbox.run_many(programs) if programs else []
@@ -92,7 +110,7 @@ def check_and_rerun(
         )
     for i, plan, start in runs:
         results[i] = plan.judge(outcomes[start : start + len(plan.programs)])
-    changed = frozenset(t.id for t, out in zip(rerun, outcomes[first_rerun:]) if rerun_changed(t, out))
+    changed = frozenset(t.id for t, order, start, n in spans if rerun_changed(t, outcomes[start:start + n], order))
     return [r for r in results if r is not None], changed
 
 

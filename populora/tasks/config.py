@@ -26,6 +26,7 @@ from populora.tasks.kinds.registry import all_kinds, default_kind_names
 from populora.tasks.safety import SafetyConfig
 
 SEED_SOURCES = ("generate", "handwritten")
+REPLICA_SEEDS = ("step", "fixed")  # tasks.replica_seeds (tasks/determinism.py)
 PROMPT_STYLES = ("chat", "r1")
 TEACHER_REWARDS = ("populora", "azr")
 
@@ -102,13 +103,26 @@ class TaskEnvFields:
     # ours: True refuses a student's bare <answer> payload that holds no fenced block
     require_fence: bool = False
     entry: str = "f"  # AZR: every program defines ``f``, the function a task calls
-    # the determinism check compares executions in these sandbox replicas (ours: two independently
-    # started processes, different hash seeds and address layouts; docs/sandbox.md, "Determinism")
-    replicas: tuple[int, ...] = (0, 1)
+    # the determinism check (tasks/determinism.py; docs/sandbox.md, "Determinism") compares one
+    # execution per replica number; ours: four, so that natural hash-order dependence (a set of three
+    # strings) is caught at least 99% of the time (each independent seed divides the miss rate by ~6)
+    replicas: tuple[int, ...] = (0, 1, 2, 3)
     # each replica's executions start after the previous replica's have all finished, so no two
     # executions that are compared ever run at the same time; False only to measure what that
-    # costs (populora bench executor --replicas-together)
+    # costs (populora bench executor)
     replicas_in_turn: bool = True
+    # step (ours): each execution's hash seed is drawn from (run seed, step, replica) on fresh fork
+    # servers | fixed: the replicas' fixed seeds, the same every step (the layout before issue 32,
+    # kept to measure the cost)
+    replica_seeds: str = "step"
+    # ours: several inputs (code_f) run each in a fresh child, so no output depends on earlier calls;
+    # False: one child calls f on all of them (in reverse order in odd executions)
+    isolated_calls: bool = True
+    # ours: a proposal that failed or disagreed in a turn leaves the next turns (its verdict is made)
+    early_stop: bool = True
+    # ours: task programs run with the sandbox's runtime strip layer (sandbox/strip.py); False only
+    # to measure what it costs
+    strip: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "types", tuple(self.types))
@@ -141,6 +155,10 @@ class TaskEnvFields:
         _need(len(self.replicas) >= 2 and len(set(self.replicas)) == len(self.replicas)
               and all(isinstance(r, int) and r >= 0 for r in self.replicas),
               "replicas", f"must be at least two distinct replica numbers >= 0, got {list(self.replicas)}")
+        _need(self.replica_seeds in REPLICA_SEEDS, "replica_seeds",
+              f"must be one of {REPLICA_SEEDS}, got {self.replica_seeds!r}")
+        for key in ("replicas_in_turn", "isolated_calls", "early_stop", "strip"):
+            _need(isinstance(getattr(self, key), bool), key, f"must be true or false, got {getattr(self, key)!r}")
 
     @property
     def safety(self) -> SafetyConfig:
