@@ -20,7 +20,7 @@ START_RATES = {
 }
 FIXED_S = {  # ours: stages whose cost does not scale with the model, measured on the development machines
     "cuda": {"versions": 1, "devices": 5, "plan": 2, "verdict": 1, "allreduce": 60, "vllm": 300,
-             "tests_collect": 20, "per_gpu_test": 10},
+             "tests_collect": 20, "per_gpu_test": 6},
     "cpu": {"versions": 1, "devices": 2, "plan": 2, "verdict": 1, "allreduce": 20, "vllm": 150,
             "tests_collect": 25, "per_gpu_test": 0},
 }

@@ -3,9 +3,9 @@
 Order (the cheapest, most informative first, so that a short allocation still answers the main
 question): the installed versions against known-bad pairs; the devices; the first preset's plan, its
 random model, one training step of every member with its memory beside the plan, the HF engine's arms
-on that trainer (then the trainer is freed), vLLM's arms in a child process, and its verdict; the
-self-play step of 4T+4S against the baseline (on the first population preset); the GPU tests
-(correctness on this node before more figures); the other presets as the first; the all-reduce.
+on that trainer (then the trainer is freed), vLLM's arms in a child process, and its verdict; the GPU
+tests (correctness on this node, and cheaper than what follows); the self-play step of 4T+4S against
+the baseline (on the first population preset); the other presets as the first; the all-reduce.
 Presets run in ``PRIORITY`` order (the paper's 4T+4S first) unless given with ``--config``.
 
 The report (``doctor.json``, ``doctor.md``) is rewritten after every stage, with the stages still to
@@ -220,11 +220,11 @@ class Doctor:
         step_preset = next((p for p in self.opts.configs if not self._is_baseline(p)), None)
         first, *rest = self.opts.configs
         out += self.preset_stages(first)
+        if self.opts.tests:  # correctness on this node (cheaper than the step) before more figures
+            out.append(Stage("tests", self.run_tests, self.estimate_tests))
         if self.opts.step and step_preset is not None:
             out.append(Stage("self-play step", lambda p=step_preset: self.run_step(p),
                              lambda p=step_preset: self.estimate_step(p), needs=("devices",)))
-        if self.opts.tests:  # correctness on this node before more presets' figures
-            out.append(Stage("tests", self.run_tests, self.estimate_tests))
         for path in rest:
             out += self.preset_stages(path)
         out.append(Stage("all-reduce", self.run_allreduce, self.estimate_allreduce, needs=("devices",)))
@@ -368,7 +368,10 @@ class Doctor:
         return f"mixed/one_adapter {r:.2f}x (s/s)" if r else "arms ran"
 
     def estimate_vllm(self) -> float:
-        return self.rates.fixed("vllm")
+        import importlib.util
+
+        # nothing to wait for where vLLM is absent: the stage says it is unavailable at once
+        return self.rates.fixed("vllm") if importlib.util.find_spec("vllm") is not None else 0.0
 
     def run_vllm(self, s: PresetState) -> str:
         import importlib.util
@@ -405,16 +408,13 @@ class Doctor:
 
     def estimate_step(self, path: str) -> float:
         from populora.doctor.budget import selfplay_step_s
-        from populora.doctor.step import STEP_NEW_TOKENS, STEP_SEQUENCES, STUDENTS, TEACHERS
+        from populora.doctor.step import STUDENTS, TEACHERS, step_sizes
 
-        s = self.presets[path]
-        cfg = s.cfg or preset_config(path, self.opts.overrides, self.opts.device)
-        shape = self._shape(PresetState(path, cfg))
-        new = min(STEP_NEW_TOKENS[self.opts.device], cfg.selfplay.teacher_sampling.max_new_tokens)
-        seqs = min(STEP_SEQUENCES, cfg.selfplay.sequences_per_adapter)
-        wb = self._weight_bytes(PresetState(path, cfg))
-        args = (shape.n_params(), shape.layers, shape.hidden, wb)
-        rest = (seqs, new, cfg.policy.gradient_checkpointing, self.rates)
+        s = PresetState(path, self.presets[path].cfg or preset_config(path, self.opts.overrides, self.opts.device))
+        shape = self._shape(s)
+        seqs, _, teacher_new, student_new = step_sizes(s.cfg, self.opts.device)
+        args = (shape.n_params(), shape.layers, shape.hidden, self._weight_bytes(s))
+        rest = (seqs, max(teacher_new, student_new), s.cfg.policy.gradient_checkpointing, self.rates)
         return selfplay_step_s(*args, TEACHERS + STUDENTS, *rest) + selfplay_step_s(*args, 1, *rest)
 
     def run_step(self, path: str) -> str:

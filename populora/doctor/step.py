@@ -18,6 +18,7 @@ generation and training phases, the bulk of a step, have the preset's model and 
 from __future__ import annotations
 
 import importlib.util
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -26,8 +27,8 @@ from populora.doctor.records import StepArm, StepComparison
 from populora.doctor.stages import Unavailable
 
 STEP_NEW_TOKENS = {"cuda": 128, "cpu": 32}  # ours: completions of the step, short enough for a budget
-STEP_SEQUENCES = 8  # ours: sequences per member (the preset's if smaller)
-STEP_ROLLOUTS = 4  # ours: student attempts per task (the preset's if smaller)
+STEP_SEQUENCES = 8  # ours: sequences per member, rounded up to whole groups (the preset's if smaller)
+STEP_ROLLOUTS = 2  # ours: student attempts per task (the preset's if smaller): a group, at the least cost
 TEACHERS = STUDENTS = 4  # the paper's 4T+4S systems figure
 
 
@@ -50,20 +51,40 @@ def step_model(name: str) -> tuple[str, str]:
                       "give a local model directory as policy.model")
 
 
+def step_sequences(types: int, rollouts: int, proposer_fraction: float, preset: int, target: int = STEP_SEQUENCES) -> int:
+    """The fewest sequences per member, from ``target`` up, that the run config accepts for both arms:
+    whole proposals per task type and whole groups of rollouts, and the baseline's split of them
+    (``config.baseline_split``) likewise; the preset's own count where none is smaller (pure)."""
+    whole = math.lcm(types, rollouts)
+    for n in range(whole * max(1, -(-target // whole)), preset, whole):
+        props = round(n * proposer_fraction)
+        if 0 < props < n and props % types == 0 and (n - props) % rollouts == 0:
+            return n
+    return preset
+
+
+def step_sizes(cfg, device: str) -> tuple[int, int, int, int]:
+    """``(sequences per member, rollouts, teacher and student new tokens)`` of the step stage."""
+    sp = cfg.selfplay
+    rollouts = min(STEP_ROLLOUTS, sp.rollouts)
+    sequences = step_sequences(len(cfg.tasks.types), rollouts, sp.baseline_proposer_fraction, sp.sequences_per_adapter)
+    new = STEP_NEW_TOKENS[device]
+    return sequences, rollouts, min(new, sp.teacher_sampling.max_new_tokens), min(new, sp.student_sampling.max_new_tokens)
+
+
 def step_overrides(cfg, device: str, dtype: str) -> tuple[list[str], str, str]:
     """``(overrides, model, engine)`` of the step stage for preset ``cfg`` (module docstring)."""
-    sp = cfg.selfplay
     model, how = step_model(str(cfg.policy.model))
     random_in_memory = "built in memory" in how
     engine = cfg.policy.engine
     if engine != "hf" and (random_in_memory or importlib.util.find_spec("vllm") is None):
         engine = "hf"
-    new = STEP_NEW_TOKENS[device]
+    sequences, rollouts, teacher_new, student_new = step_sizes(cfg, device)
     over = [f"policy.model={model}", f"policy.device={device}", f"policy.dtype={dtype}", f"policy.engine={engine}",
-            f"selfplay.teacher_sampling.max_new_tokens={min(new, sp.teacher_sampling.max_new_tokens)}",
-            f"selfplay.student_sampling.max_new_tokens={min(new, sp.student_sampling.max_new_tokens)}",
-            f"selfplay.sequences_per_adapter={min(STEP_SEQUENCES, sp.sequences_per_adapter)}",
-            f"selfplay.rollouts={min(STEP_ROLLOUTS, sp.rollouts)}", "tasks.seeds.source=handwritten",
+            f"selfplay.teacher_sampling.max_new_tokens={teacher_new}",
+            f"selfplay.student_sampling.max_new_tokens={student_new}",
+            f"selfplay.sequences_per_adapter={sequences}", f"selfplay.rollouts={rollouts}",
+            "tasks.seeds.source=handwritten",
             "selfplay.steps=2", "evolution.interval=1", "evolution.min_age=0"]
     return over, f"{model} ({how})", engine
 
