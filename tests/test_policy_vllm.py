@@ -118,6 +118,8 @@ def test_every_engine_keyword_exists_in_every_supported_release(sleep):
         assert {"index", "text", "token_ids", "logprobs", "finish_reason"} <= set(api["CompletionOutput"]), v
         assert {"outputs", "prompt_token_ids"} <= set(api["RequestOutput"]), v
         assert {"sleep", "wake_up"} <= set(api["LLM.methods"]), v
+        # what score() (the publish check) passes and reads
+        assert "prompt_logprobs" in api["SamplingParams"] and "prompt_logprobs" in api["RequestOutput"], v
 
 
 def test_an_option_the_installed_vllm_lacks_is_an_error_naming_it():
@@ -220,7 +222,7 @@ def _install_recording_vllm(monkeypatch, version: str):
     from populora.policy.vllm_api import table
 
     api = table()[version]
-    calls = {"engines": [], "generate": [], "removed": []}
+    calls = {"engines": [], "generate": [], "removed": [], "added": []}
 
     def strict(kind, names):
         def make(*args, **kwargs):
@@ -236,7 +238,8 @@ def _install_recording_vllm(monkeypatch, version: str):
             unknown = sorted(set(kwargs) - set(api["EngineArgs"]) - set(api["LLM"]))
             assert not unknown, f"vLLM {version} LLM takes no {unknown}"
             calls["engines"].append(kwargs)
-            self.llm_engine = SimpleNamespace(remove_lora=lambda i: calls["removed"].append(i))
+            self.llm_engine = SimpleNamespace(remove_lora=lambda i: calls["removed"].append(i),
+                                              add_lora=lambda request: calls["added"].append(request))
 
         def generate(self, prompts, sampling_params, lora_request, use_tqdm):
             calls["generate"].append((prompts, sampling_params, lora_request))
@@ -332,6 +335,7 @@ def test_vllm_engine_publishes_new_versions_and_routes_per_prompt(monkeypatch, t
     assert (t2_name, s_again, s_id_again) == ("t0@v2", "s0@v1", s_id) and t2_id not in (t_id, s_id)
     assert calls["removed"] == [t_id] and not Path(t_path).exists()
     assert AdapterWeights.load_peft(t2_path).equal(be.get_weights("t0").to(torch.bfloat16))
+    assert [a[:2] for a in calls["added"]] == [("t0@v2", t2_id)]  # loaded when published, not at the next batch
 
     # an evolved child replaces s0's weights; a removed member leaves the engine
     be.set_weights("s0", be.get_weights("t0"))

@@ -5,6 +5,12 @@ breakdown (generate, validate, solve, check, train, evolve, checkpoint). The pop
 adapters that each train on the same per-adapter budget as the single baseline agent, so the
 ratio population/baseline is what one pays for 8 compute-matched members instead of one (the
 paper reports 1.31x on GPU with vLLM multi-LoRA batching).
+
+Publishing is a stage of its own (``publish``: every changed adapter to the engine, loaded there;
+``check_served``: the check that the engine scores fixed sequences as the trainer does), and the run
+ends with each arm's publish share of the step for the engine the config names (``policy.engine=vllm``
+among the overrides measures vLLM's). ``time_publish`` is the same measurement for one publish of N
+members, for callers that hold a policy (the doctor).
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-STAGES = ("matchmaking", "generate", "validate", "solve", "check", "train", "evolve", "checkpoint")
+STAGES = ("matchmaking", "generate", "validate", "solve", "check", "train", "evolve", "publish", "check_served",
+          "checkpoint")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +62,22 @@ def _time_run(config: str, overrides: list[str], steps: int) -> dict[str, float]
     return {k: v / steps for k, v in totals.items()}
 
 
+def time_publish(policy, names) -> float:
+    """Seconds of one publish of ``names`` (each marked changed, then ``policy.publish()``: written and
+    loaded by the engine; 0 work for an engine that serves the trainer's own weights)."""
+    for name in names:
+        policy.set_weights(name, policy.get_weights(name))
+    t0 = time.perf_counter()
+    policy.publish()
+    return time.perf_counter() - t0
+
+
+def _engine(config: str, overrides: list[str]) -> str:
+    from populora.config import load_config
+
+    return load_config(config, overrides).policy.engine
+
+
 def run(args: argparse.Namespace) -> int:
     pop = _time_run(args.config, list(args.overrides) + [f"population.teachers={args.teachers}",
                                                          f"population.students={args.students}"], args.steps)
@@ -68,4 +91,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{s:<12} {pop[s]:>10.3f} {base[s]:>10.3f} {ratio}")
     print(f"wall-clock ratio population/baseline: {pop['step'] / base['step']:.2f}x for {n} adapters "
           f"(vs {n}.00x for {n} independent single-agent runs)")
+    engine = _engine(args.config, list(args.overrides))
+    for arm, t in ((f"{args.teachers}T+{args.students}S", pop), ("baseline", base)):
+        print(f"publish share of the step ({arm}, engine {engine}): publish {100 * t['publish'] / t['step']:.1f}%, "
+              f"publish + check {100 * (t['publish'] + t['check_served']) / t['step']:.1f}%")
     return 0

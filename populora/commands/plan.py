@@ -2,7 +2,9 @@
 
     populora plan --config configs/4t4s-7b.yaml [key=value ...] [--gpu-gib 80] [--json]
 
-Exit status 0 when the run fits with the wanted headroom, 3 when it does not, 2 on a bad config.
+After the table, the largest population whose plan fits one such GPU, with the per-member and the
+shared cost (``populora/plan/population.py``). Exit status 0 when the run fits with the wanted
+headroom, 3 when it does not, 2 on a bad config.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from populora.config import ConfigError, load_config
     from populora.plan import UnknownModelShape, check_plan, fix_overrides, format_plan
     from populora.plan.memory import DEFAULT_MIN_HEADROOM
+    from populora.plan.population import largest_population
 
     if args.gpu_gib <= 0:
         print(f"populora plan: --gpu-gib must be > 0, got {args.gpu_gib}", file=sys.stderr)
@@ -45,10 +48,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except (ConfigError, UnknownModelShape) as e:
         print(f"populora plan: {e}", file=sys.stderr)
         return 2
+    fit = largest_population(result.inputs, args.gpu_gib, headroom)
     if args.json:
         out = result.to_json()
         out["fix_overrides"] = [fix_overrides(f) for f in result.fixes]
+        out["population"] = {"largest": fit.largest, "per_member_gib": round(fit.per_member_gib, 3),
+                             "shared_gib": round(fit.shared_gib, 3)}
         print(json.dumps(out, indent=2))
     else:
         print(format_plan(result, title=cfg.name))
+        print(fit.line())
     return 0 if result.fits else EXIT_DOES_NOT_FIT

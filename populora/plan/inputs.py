@@ -39,6 +39,7 @@ def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
     single-rank plan is the upper bound.
     """
     p, pop = cfg.policy, cfg.population
+    members = 1 if pop.baseline else pop.teachers + pop.students
     device = str(p.device)
     if device == "auto":  # a GPU engine is planned on its GPU; else where the trainer would go
         import torch
@@ -50,9 +51,10 @@ def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
         policy=p,
         device=device,
         dtype=dtype,
-        adapters=1 if pop.baseline else pop.teachers + pop.students,
+        adapters=members,
         prompt_tokens=int(prompt_tokens or p.max_prompt_tokens),
         new_tokens=longest_completion(cfg),
+        fused_members=members if cfg.rl.update_strategy == "fused" else 1,
     )
 
 

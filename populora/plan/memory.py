@@ -70,6 +70,9 @@ class PlanInputs:
     # the SmolLM2 tokenizer); plan_inputs plans run configs at policy.max_prompt_tokens instead
     prompt_tokens: int = 1024
     new_tokens: int = 4096  # the longest completion
+    # members whose gradients one training pass holds at once: 1 updating one member at a time
+    # (rl.update_strategy: sequential), the rank's members in a fused pass (rl/fused.py)
+    fused_members: int = 1
 
     def with_(self, **changes) -> PlanInputs:
         """A copy with fields of its own changed (``prompt_tokens=...``)."""
@@ -190,10 +193,16 @@ def adapters_optimizer_bytes(p: PlanInputs) -> float:
 
 
 def trainer_bytes(p: PlanInputs) -> float:
-    """The member being updated: its gradients (compute dtype, plus float32 for the masters) and
-    AdamW's temporaries (ours: the foreach implementation holds about two float32 copies)."""
-    n = p.adapter_params
-    return n * (p.ad + (4 if p.ad != 4 else 0) + 8)
+    """The members being updated: the gradients of every member in the pass (compute dtype; one in a
+    sequential update, the rank's members in a fused one), float32 gradients of the masters and AdamW's
+    temporaries of the one member stepping (ours: the foreach implementation holds about two float32
+    copies). A fused pass also saves each LoRA layer's stacked ``A^T``/``B^T`` of its members for the
+    grouped product's backward: every layer's without checkpointing, one layer's at a time with it."""
+    n, k = p.adapter_params, max(1, p.fused_members)
+    stacks = 0.0
+    if k > 1:
+        stacks = k * n * p.ad / (p.shape.layers if p.policy.gradient_checkpointing else 1)
+    return n * (k * p.ad + (4 if p.ad != 4 else 0) + 8) + stacks
 
 
 def kv_bytes_per_token(p: PlanInputs) -> float:

@@ -21,7 +21,9 @@ def describe(plan: Plan) -> dict[str, str]:
     return {
         "base_weights": f"frozen base in the trainer, {s.n_params() / 1e9:.2f} B params in {p.dtype}",
         "engine": plan.engine.what,
-        "trainer": "gradients and AdamW temporaries of the member being updated",
+        "trainer": (f"gradients of the {p.fused_members} members of a fused pass, stacked adapters, AdamW "
+                    "temporaries of one" if p.fused_members > 1 else
+                    "gradients and AdamW temporaries of the member being updated"),
         "adapters_optimizer": (
             f"{p.adapters} adapters x {p.adapter_params / 1e6:.1f} M params: float32 weights + AdamW moments"
             + (f" + {p.adapter_dtype} compute copies" if p.adapter_dtype != "float32" else "")

@@ -1,0 +1,56 @@
+"""`populora plan`'s largest population per GPU: pure arithmetic over the plan (milliseconds), and the
+command's line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from populora.config import load_config
+from populora.plan import plan, plan_inputs
+from populora.plan.memory import GIB, adapters_optimizer_bytes, trainer_bytes
+from populora.plan.population import largest_population, population_costs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _inputs(*overrides):
+    return plan_inputs(load_config(ROOT / "configs" / "4t4s-7b.yaml", list(overrides)))
+
+
+def test_the_largest_population_fits_and_one_more_does_not():
+    p = _inputs()
+    fit = largest_population(p, 80.0)
+    assert fit.largest > 8  # the preset's own 8 fit, with room to spare
+    assert plan(p.with_(adapters=fit.largest, fused_members=fit.largest), 80.0).fits
+    assert not plan(p.with_(adapters=fit.largest + 1, fused_members=fit.largest + 1), 80.0).fits
+    assert largest_population(p, 141.0).largest > fit.largest  # an H200 holds more
+    assert largest_population(p, 30.0).largest == 0  # the shared part alone does not fit
+
+
+def test_per_member_and_shared_costs_add_up_to_the_plan():
+    p = _inputs()
+    per, shared = population_costs(p, 80.0)
+    for n in (2, 5, 11):
+        peak = plan(p.with_(adapters=n, fused_members=n), 80.0, with_fixes=False).peak_gib
+        assert abs(peak - (shared + n * per)) < 1e-6
+    # a member's adapter with its float32 masters and AdamW moments is the bulk of its cost
+    one = adapters_optimizer_bytes(p.with_(adapters=1)) / GIB
+    assert one <= per < 2 * one
+
+
+def test_a_fused_pass_holds_every_members_gradients():
+    fused, sequential = _inputs(), _inputs("rl.update_strategy=sequential")
+    assert fused.fused_members == 8 and sequential.fused_members == 1
+    grads = fused.adapter_params * fused.ad
+    assert trainer_bytes(fused) - trainer_bytes(sequential) >= 7 * grads
+    assert largest_population(sequential, 80.0).largest >= largest_population(fused, 80.0).largest
+
+
+def test_populora_plan_prints_the_largest_population():
+    out = subprocess.run([sys.executable, "-m", "populora.cli", "plan", "--config", str(ROOT / "configs" / "4t4s-7b.yaml"),
+                          "--gpu-gib", "80"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("largest population on one 80 GiB GPU: ") and "GiB per member" in last and "shared" in last
