@@ -164,3 +164,13 @@ def test_gpu_gib_judges_another_card_size_from_the_plan(monkeypatch):
     json.dumps(verdicts[80.0].phases_gib)
     with pytest.raises(AttributeError):
         verdicts[80.0].fits = False  # frozen records
+
+
+def test_the_step_stage_takes_the_fewest_sequences_both_arms_accept():
+    from populora.doctor.step import step_sequences
+
+    assert step_sequences(3, 2, 0.5, 96) == 12  # 6 proposals (2 per type) and 6 attempts (3 groups of 2)
+    assert step_sequences(3, 2, 0.5, 6) is None  # the baseline cannot split 6 into 3 x 1 and 3 x ... of 2
+    assert step_sequences(3, 3, 0.5, 6) == 6
+    n = step_sequences(3, 4, 0.5, 96)
+    assert n == 24 and round(n * 0.5) % 3 == 0 and (n - round(n * 0.5)) % 4 == 0

@@ -51,25 +51,31 @@ def step_model(name: str) -> tuple[str, str]:
                       "give a local model directory as policy.model")
 
 
-def step_sequences(types: int, rollouts: int, proposer_fraction: float, preset: int, target: int = STEP_SEQUENCES) -> int:
-    """The fewest sequences per member, from ``target`` up, that the run config accepts for both arms:
-    whole proposals per task type and whole groups of rollouts, and the baseline's split of them
-    (``config.baseline_split``) likewise; the preset's own count where none is smaller (pure)."""
+def step_sequences(types: int, rollouts: int, proposer_fraction: float, preset: int,
+                   target: int = STEP_SEQUENCES) -> int | None:
+    """The fewest sequences per member, from ``target`` up to the preset's, that the run config accepts
+    for both arms: whole proposals per task type, whole groups of ``rollouts``, and the baseline's split
+    of them (``config.baseline_split``) likewise; None where no count does (pure)."""
     whole = math.lcm(types, rollouts)
-    for n in range(whole * max(1, -(-target // whole)), preset, whole):
+    for n in range(whole * max(1, -(-target // whole)), preset + 1, whole):
         props = round(n * proposer_fraction)
         if 0 < props < n and props % types == 0 and (n - props) % rollouts == 0:
             return n
-    return preset
+    return None
 
 
 def step_sizes(cfg, device: str) -> tuple[int, int, int, int]:
-    """``(sequences per member, rollouts, teacher and student new tokens)`` of the step stage."""
+    """``(sequences per member, rollouts, teacher and student new tokens)`` of the step stage: fewer
+    rollouts and sequences than the preset's where the config accepts them, else the preset's own."""
     sp = cfg.selfplay
+    types, fraction = len(cfg.tasks.types), sp.baseline_proposer_fraction
     rollouts = min(STEP_ROLLOUTS, sp.rollouts)
-    sequences = step_sequences(len(cfg.tasks.types), rollouts, sp.baseline_proposer_fraction, sp.sequences_per_adapter)
+    sequences = step_sequences(types, rollouts, fraction, sp.sequences_per_adapter)
+    if sequences is None:
+        rollouts, sequences = sp.rollouts, step_sequences(types, sp.rollouts, fraction, sp.sequences_per_adapter)
     new = STEP_NEW_TOKENS[device]
-    return sequences, rollouts, min(new, sp.teacher_sampling.max_new_tokens), min(new, sp.student_sampling.max_new_tokens)
+    return (sequences or sp.sequences_per_adapter, rollouts, min(new, sp.teacher_sampling.max_new_tokens),
+            min(new, sp.student_sampling.max_new_tokens))
 
 
 def step_overrides(cfg, device: str, dtype: str) -> tuple[list[str], str, str]:
