@@ -3,6 +3,8 @@
 One backend of the policy layer (vLLM multi-LoRA on GPU, HF/peft on CPU) with every adapter of the
 evaluation registered next to the base. The LoRA rank the engine is sized for (vLLM's
 ``max_lora_rank``) is the largest rank among the adapters' own configs, not a preset's default.
+A sampled evaluation turns on per-request seeds in engines whose section has a ``seeded_sampling``
+switch (vLLM's ``policy.vllm.seeded_sampling``): without them a re-run would draw other samples.
 """
 
 from __future__ import annotations
@@ -21,12 +23,24 @@ def make_engine(s: EvalSettings, adapters: Sequence[EvalAdapter]):
     from populora.policy.adapters import AdapterWeights
 
     ranks = [adapter_rank(a) for a in adapters if a.adapter_dir is not None]
-    cfg = s.policy.replace(lora=replace(s.policy.lora, rank=max(ranks))) if ranks else s.policy
+    cfg = seeded_policy(s.policy, s.decoding)
+    cfg = cfg.replace(lora=replace(cfg.lora, rank=max(ranks))) if ranks else cfg
     backend = make_backend(cfg, max_new_tokens=max(s.budgets().values(), default=None))
     for a in adapters:
         if a.adapter_dir is not None:
             backend.add_adapter(a.key, AdapterWeights.load_peft(a.adapter_dir))
     return backend
+
+
+def seeded_policy(policy, decoding):
+    """``policy`` with its engine's ``seeded_sampling`` switch on when ``decoding`` samples (engines
+    without the switch seed every request anyway, as the HF engine does)."""
+    import dataclasses
+
+    section = getattr(policy, policy.engine, None)
+    if decoding.greedy or not dataclasses.is_dataclass(section) or getattr(section, "seeded_sampling", True):
+        return policy
+    return policy.replace(**{policy.engine: dataclasses.replace(section, seeded_sampling=True)})
 
 
 def adapter_rank(a: EvalAdapter) -> int:

@@ -2,13 +2,15 @@
 
 The unit of work is ``(adapter, benchmark, slice)``: a slice is ``slice_size`` consecutive items
 of a benchmark. ``plan_units`` lists all units in a fixed order and ``--shard i/N`` takes units
-``k`` with ``k % N == i``. A shard generates greedily for all its pending (adapter, item) pairs of
-one benchmark in mixed-adapter batches (``PolicyBackend.generate`` with one request per pair, each
-naming its adapter; ``None`` is the base model) and appends each finished chunk to
-``<root>/shards/<i>-of-<N>/<adapter>/<benchmark>.jsonl`` (one record per item: prompt, completion
-and metadata), flushed and fsynced. Re-running a shard skips items already in its files, and a
-truncated last line (a crash mid-write) is dropped, so an interrupted evaluation resumes where it
-stopped.
+``k`` with ``k % N == i``. A shard generates for all its pending (adapter, item) pairs of one
+benchmark in mixed-adapter batches (``PolicyBackend.generate`` with one request per pair, each naming
+its adapter; ``None`` is the base model), with the evaluation's decoding (``eval.decoding``: greedy, or
+``N`` seeded samples per request, all in the same call), and appends each finished chunk to
+``<root>/shards/<i>-of-<N>/<adapter>/<benchmark>.jsonl`` (one record per item and sample: prompt,
+completion, sample number and metadata), flushed and fsynced. Re-running a shard skips the samples
+already in its files (an item with some samples missing is generated again and only the missing
+ones are kept: seeded sampling draws the same ones), and a truncated last line (a crash mid-write)
+is dropped, so an interrupted evaluation resumes where it stopped.
 
 Requests per ``generate`` call (``chunk_size``): 0 submits every pending request of a benchmark
 at once (what the vLLM engine wants: it schedules them itself, and a call never waits for the
@@ -16,9 +18,9 @@ slowest greedy sequence of a small chunk); the HF engine gets one decode batch p
 interrupted evaluation loses at most one batch. Stop strings (and, for engines that take them,
 stop token ids) come from the benchmark family (``eval.prompts.stop_strings``).
 
-``<root>/plan.json`` fixes adapters, benchmarks, item ids, template, token budgets, stop strings and
-shard count; every shard checks it, and ``merge`` combines the shards into ``<root>/merged/``, refusing
-missing or duplicated records.
+``<root>/plan.json`` fixes adapters, benchmarks, item ids, template, decoding, token budgets, stop
+strings and shard count; every shard checks it, and ``merge`` combines the shards into
+``<root>/merged/``, refusing missing or duplicated records (every item must have every sample).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.benchmarks import Item
+from eval.decoding import Decoding, request_index
 from eval.prompts import build_prompt
 from eval.runs import EvalAdapter
 
@@ -148,11 +151,11 @@ def plan_difference(old, new, width: int = 80) -> str:
 
 def make_plan(adapters: Sequence[EvalAdapter], items: Mapping[str, Sequence[Item]], *, template: str,
               max_new_tokens: Mapping[str, int], shards: int, slice_size: int, model: str,
-              stops: Mapping[str, Sequence[str]] | None = None) -> dict:
+              stops: Mapping[str, Sequence[str]] | None = None, decoding: Decoding | None = None) -> dict:
     return {
         "model": model,
         "template": template,
-        "decoding": "greedy",
+        "decoding": (decoding or Decoding()).plan_value(),
         "max_new_tokens": dict(max_new_tokens),
         "stop": {b: list(v) for b, v in (stops or {}).items()},
         "adapters": [a.to_json() for a in adapters],
@@ -177,14 +180,17 @@ def generate_shard(
     stops: Mapping[str, Sequence[str]] | None = None,
     stop_ids: Sequence[int] = (),
     progress: Callable[[str], None] | None = None,
+    decoding: Decoding | None = None,
 ) -> int:
-    """Generate the pending records of one shard; returns how many were generated now.
+    """Generate the pending records of one shard; returns how many completions were generated now.
 
-    ``chunk_size`` 0: all pending requests of a benchmark in one call. ``stops[bench]``: stop strings;
-    ``stop_ids``: stop token ids, passed when the engine's ``SamplingParams`` has ``stop_token_ids``.
+    ``chunk_size`` 0: all pending requests of a benchmark in one call (a request asks for every
+    sample of its item). ``stops[bench]``: stop strings; ``stop_ids``: stop token ids, passed when
+    the engine's ``SamplingParams`` has ``stop_token_ids``. ``decoding``: greedy by default.
     """
     from populora.policy.base import GenerationRequest, SamplingParams
 
+    decoding = decoding or Decoding()
     index, count = shard
     out_dir = shard_dir(root, index, count)
     by_id = {b: {it.item_id: it for it in its} for b, its in items.items()}
@@ -193,50 +199,53 @@ def generate_shard(
     done = 0
     for bench in items:
         pending: list[tuple[str, str]] = []
+        have: dict[tuple[str, str], set[int]] = {}
         for u in (u for u in units if u.benchmark == bench):
-            have = {r["item_id"] for r in read_records(out_dir / u.adapter / f"{bench}.jsonl", repair=True)}
-            pending.extend((u.adapter, i) for i in u.item_ids if i not in have)
+            for r in read_records(out_dir / u.adapter / f"{bench}.jsonl", repair=True):
+                have.setdefault((u.adapter, r["item_id"]), set()).add(r.get("sample", 0))
+            pending.extend((u.adapter, i) for i in u.item_ids if len(have.get((u.adapter, i), ())) < decoding.samples)
         # item-major order: consecutive requests belong to different adapters -> mixed batches
         order = {i: n for n, i in enumerate(by_id[bench])}
         pending.sort(key=lambda p: (order[p[1]], p[0]))
-        sampling = sampling_params(SamplingParams, int(max_new_tokens[bench]), (stops or {}).get(bench, ()), stop_ids)
+        sampling = decoding.sampling_params(SamplingParams, int(max_new_tokens[bench]), (stops or {}).get(bench, ()), stop_ids)
         step = chunk_size or max(1, len(pending))
         for start in range(0, len(pending), step):
             chunk = pending[start : start + step]
             prompts = [build_prompt(by_id[bench][i], template, backend.tokenizer) for _, i in chunk]
             requests = [
-                GenerationRequest(p, None if adapter_of[a].adapter_dir is None else a) for p, (a, _) in zip(prompts, chunk)
+                GenerationRequest(p, None if adapter_of[a].adapter_dir is None else a, request_index(bench, i))
+                for p, (a, i) in zip(prompts, chunk)
             ]
             results = backend.generate(requests, sampling)
             per_file: dict[str, list[dict]] = {}
             for (a, i), prompt, res in zip(chunk, prompts, results):
-                if res.completions:
-                    text, finish, tokens = res.completions[0].text, res.completions[0].finish_reason, \
-                        len(res.completions[0].token_ids)
-                else:  # refused on its own (a prompt over policy.max_prompt_tokens): scored as no answer
-                    text, finish, tokens = "", f"refused:{res.refused}", 0
-                per_file.setdefault(a, []).append({
-                    "adapter": a, "benchmark": bench, "item_id": i, "prompt": prompt, "completion": text,
-                    "finish_reason": finish, "completion_tokens": tokens,
-                    "template": template, "max_new_tokens": sampling.max_new_tokens, "stop": list(sampling.stop),
-                    "shard": f"{index}/{count}",
-                })
+                for j in range(decoding.samples):
+                    if j in have.get((a, i), ()):
+                        continue  # kept from an interrupted run (the same seeded draw)
+                    if len(res.completions) > j:
+                        c = res.completions[j]
+                        text, finish, tokens = c.text, c.finish_reason, len(c.token_ids)
+                    else:  # refused on its own (a prompt over policy.max_prompt_tokens): scored as no answer
+                        text, finish, tokens = "", f"refused:{res.refused}", 0
+                    per_file.setdefault(a, []).append({
+                        "adapter": a, "benchmark": bench, "item_id": i, "sample": j, "prompt": prompt,
+                        "completion": text, "finish_reason": finish, "completion_tokens": tokens,
+                        "template": template, "max_new_tokens": sampling.max_new_tokens, "stop": list(sampling.stop),
+                        "shard": f"{index}/{count}",
+                    })
+                    done += 1
             for a, recs in per_file.items():
                 append_records(out_dir / a / f"{bench}.jsonl", recs)
-            done += len(chunk)
             if progress:
-                progress(f"{bench}: {min(start + step, len(pending))}/{len(pending)} generated (shard {index}/{count})")
+                each = f" x {decoding.samples} samples" if decoding.samples > 1 else ""
+                progress(f"{bench}: {min(start + step, len(pending))}/{len(pending)} requests{each} generated "
+                         f"(shard {index}/{count})")
     return done
 
 
 def sampling_params(cls, max_new_tokens: int, stop: Sequence[str], stop_ids: Sequence[int]):
     """Greedy sampling params; stop token ids only where the engine's params type has the field."""
-    import dataclasses
-
-    extra = {}
-    if stop_ids and "stop_token_ids" in {f.name for f in dataclasses.fields(cls)}:
-        extra["stop_token_ids"] = tuple(stop_ids)
-    return cls(temperature=0.0, max_new_tokens=max_new_tokens, stop=tuple(stop), **extra)
+    return Decoding().sampling_params(cls, max_new_tokens, stop, stop_ids)
 
 
 def merge(root: Path) -> Path:
@@ -248,21 +257,25 @@ def merge(root: Path) -> Path:
     stray = sorted(set(present) - set(expected))
     if stray:
         raise ShardError(f"{root / 'shards'}: shard directories {stray} do not belong to a {count}-shard plan")
+    samples = Decoding.from_json(plan.get("decoding")).samples
     merged = root / "merged"
     problems: list[str] = []
     outputs: dict[tuple[str, str], list[dict]] = {}
     for a in (x["key"] for x in plan["adapters"]):
         for bench, ids in plan["items"].items():
-            seen: dict[str, dict] = {}
+            seen: dict[tuple[str, int], dict] = {}
             for i in range(count):
                 for r in read_records(shard_dir(root, i, count) / a / f"{bench}.jsonl"):
-                    if r["item_id"] in seen:
-                        problems.append(f"duplicated: {a}/{bench}/{r['item_id']} (shard {i} and {seen[r['item_id']]['shard']})")
-                    seen[r["item_id"]] = r
-            missing = [i for i in ids if i not in seen]
+                    key = (r["item_id"], r.get("sample", 0))
+                    if key in seen:
+                        problems.append(f"duplicated: {a}/{bench}/{key[0]}" + (f" sample {key[1]}" if samples > 1 else "")
+                                        + f" (shard {i} and {seen[key]['shard']})")
+                    seen[key] = r
+            missing = [i for i in ids if any((i, j) not in seen for j in range(samples))]
             if missing:
-                problems.append(f"incomplete: {a}/{bench} lacks {len(missing)} of {len(ids)} items (first: {missing[0]})")
-            outputs[(a, bench)] = [seen[i] for i in ids if i in seen]
+                what = "items" if samples == 1 else f"items (of {samples} samples each)"
+                problems.append(f"incomplete: {a}/{bench} lacks {len(missing)} of {len(ids)} {what} (first: {missing[0]})")
+            outputs[(a, bench)] = [seen[(i, j)] for i in ids for j in range(samples) if (i, j) in seen]
     if problems:
         raise ShardError(f"cannot merge {root}: " + "; ".join(problems[:10]) + (" ..." if len(problems) > 10 else ""))
     for (a, bench), recs in outputs.items():
@@ -275,7 +288,16 @@ def merge(root: Path) -> Path:
 
 
 def load_merged(root: Path, adapter: str, bench: str) -> dict[str, dict]:
+    """The first sample's record of every item (the greedy evaluation's only one)."""
+    return {i: recs[0] for i, recs in load_merged_samples(root, adapter, bench).items()}
+
+
+def load_merged_samples(root: Path, adapter: str, bench: str) -> dict[str, list[dict]]:
+    """Every item's records, in sample order."""
     path = root / "merged" / adapter / f"{bench}.jsonl"
     if not path.is_file():
         raise ShardError(f"{path}: missing; run the merge step first")
-    return {r["item_id"]: r for r in read_records(path)}
+    out: dict[str, list[dict]] = {}
+    for r in sorted(read_records(path), key=lambda r: r.get("sample", 0)):
+        out.setdefault(r["item_id"], []).append(r)
+    return out

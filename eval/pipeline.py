@@ -2,10 +2,14 @@
 
 Scores are written to ``<workdir>/scores.json`` and, per run, to ``<run>/eval/scores.json``
 (that run's adapters plus the base model as a reference row), which ``populora leaderboard``
-reads. A score row carries the value, the item count and a 95% Wilson interval; per-item verdicts
-go to ``<workdir>/verdicts/<adapter>/<benchmark>.jsonl``. Each score file carries the provenance:
-engine (backend, dtype), library versions, benchmark versions and checksums, template, stop
-strings, token budgets, the scorers' limits, each run's training state, model and git commit.
+reads. A score row (one per adapter, benchmark and metric) carries the value (pass@1: greedy, or
+avg@N of N samples), the item count, a 95% Wilson interval, the number of samples per item, pass@k
+for every k <= N (``eval.stats``: the unbiased estimator of Chen et al. 2021) and every item's solve
+rate (correct samples / N), which the leaderboard's seed and paired statistics read. Per-sample
+verdicts go to ``<workdir>/verdicts/<adapter>/<benchmark>.jsonl`` (one record per item and sample).
+Each score file carries the provenance: engine (backend, dtype), decoding, library versions,
+benchmark versions and checksums, template, stop strings, token budgets, the scorers' limits, each
+run's training state, configuration and seed, model and git commit.
 
 Every benchmark is handled through its family (``eval.families``): the loop below never tests a name.
 """
@@ -21,19 +25,21 @@ from dataclasses import asdict
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, REPO_ROOT, Item, data_fingerprint, load_items
+from eval.decoding import Decoding
 from eval.engine import make_engine
 from eval.families import ScoredAnswer, family_of, wilson_interval
 from eval.generate import (
     ShardError,
     append_records,
     generate_shard,
-    load_merged,
+    load_merged_samples,
     make_plan,
     merge,
     write_or_check_plan,
 )
 from eval.runs import EvalAdapter, check_base_model, read_run, run_info
 from eval.settings import EvalSettings
+from eval.stats import avg_at_n, pass_at_k_curve
 
 __all__ = ["METRICS", "EvalSettings", "evaluate_runs", "make_engine", "load_benchmarks", "score_rows"]
 
@@ -94,7 +100,7 @@ def provenance(s: EvalSettings, items: Mapping[str, Sequence[Item]], run_dirs: S
                    "warnings": family_of(BENCHMARKS[b]).warnings(items[b])}
     return {
         "model": s.policy.model, "backend": s.policy.engine, "dtype": s.policy.dtype, "template": s.template,
-        "decoding": "greedy (temperature 0), pass@1", "max_new_tokens": s.budgets(), "limit": s.limit,
+        "decoding": s.decoding.label(), "sampling": s.decoding.to_json(), "max_new_tokens": s.budgets(), "limit": s.limit,
         "stop": {b: list(v) for b, v in (stops or {}).items()},
         "scorers": {"evalplus": {"parallel": s.parallel(), "min_time_limit_s": s.evalplus_min_time_limit,
                                  "gt_time_limit_factor": s.evalplus_gt_time_limit_factor,
@@ -124,48 +130,68 @@ def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, work
         tok = backend.tokenizer
         stops = {b: stop_strings(b, s.template, tok) for b in items}
         plan = make_plan(adapters, items, template=s.template, max_new_tokens=s.budgets(), shards=s.shard[1],
-                         slice_size=s.slice_size, model=s.policy.model, stops=stops)
+                         slice_size=s.slice_size, model=s.policy.model, stops=stops, decoding=s.decoding)
         write_or_check_plan(workdir, plan)
         chunk = s.chunk_size if s.chunk_size is not None else engine_class(s.policy.engine).eval_chunk_size(s.policy)
+        if chunk and s.chunk_size is None:  # the engine's chunk is in rows: a request brings N of them
+            chunk = max(1, chunk // s.decoding.samples)
+        log(f"decoding: {s.decoding.label()}")
         t0 = time.perf_counter()
         n = generate_shard(backend, adapters, items, workdir, template=s.template, max_new_tokens=s.budgets(),
                            shard=s.shard, slice_size=s.slice_size, chunk_size=chunk, stops=stops,
-                           stop_ids=stop_token_ids(s.template, tok), progress=log)
+                           stop_ids=stop_token_ids(s.template, tok), progress=log, decoding=s.decoding)
         log(f"generated {n} completions in {time.perf_counter() - t0:.1f}s (shard {s.shard[0]}/{s.shard[1]})")
     finally:
         if own:
             backend.close()
 
 
-def score_rows(who: EvalAdapter, bench: str, verdicts: Mapping[str, ScoredAnswer]) -> list[dict]:
-    """One row per metric of ``bench``: value, item count, 95% Wilson interval."""
+def score_rows(who: EvalAdapter, bench: str, verdicts: Mapping[str, ScoredAnswer | Sequence[ScoredAnswer]]) -> list[dict]:
+    """One row per metric of ``bench``: value (pass@1 = avg@N), item count, 95% Wilson interval
+    (of the items' mean solve rate: conservative for N > 1), samples per item N, pass@k for k = 1..N,
+    and each item's solve rate. ``verdicts[item_id]``: the item's N verdicts (or one verdict)."""
+    per_item = {i: [v] if isinstance(v, ScoredAnswer) else list(v) for i, v in verdicts.items()}
+    counts = {len(vs) for vs in per_item.values()}
+    if len(counts) > 1:
+        raise ValueError(f"{who.key}/{bench}: items with different numbers of samples {sorted(counts)}")
+    samples = counts.pop() if counts else 1
     rows = []
     for metric, column in BENCHMARKS[bench].column_names():
-        k, n = sum(bool(v.metrics[metric]) for v in verdicts.values()), len(verdicts)
-        lo, hi = wilson_interval(k, n)
+        correct = {i: sum(bool(v.metrics[metric]) for v in vs) for i, vs in per_item.items()}
+        n = len(correct)
+        value = avg_at_n(list(correct.values()), samples) if n else None
+        passed = sum(correct.values()) / samples
+        lo, hi = wilson_interval(passed, n)
         rows.append({"key": who.key, "run": who.run, "member_id": who.member_id, "role": who.role, "benchmark": bench,
-                     "metric": metric, "column": column, "value": k / n if n else None, "n": n, "passed": k,
-                     "ci95": [lo, hi]})
+                     "metric": metric, "column": column, "value": value, "n": n,
+                     "passed": int(passed) if samples == 1 else passed, "ci95": [lo, hi], "samples": samples,
+                     "pass_at_k": {str(k): v for k, v in pass_at_k_curve(list(correct.values()), samples).items()} if n else {},
+                     "solve_rates": {i: c / samples for i, c in correct.items()}})
     return rows
 
 
 def score_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir: Path, log=print) -> list[dict]:
     """Score the merged generations through each benchmark's family; one row per (adapter, benchmark, metric)."""
     rows: list[dict] = []
+    samples = s.decoding.samples
     for bench, its in items.items():
         spec = BENCHMARKS[bench]
         family = family_of(spec)
-        recs = {a.key: load_merged(workdir, a.key, bench) for a in adapters}
-        answers = {a.key: {it.item_id: family.answer(it, recs[a.key][it.item_id]) for it in its} for a in adapters}
+        recs = {a.key: load_merged_samples(workdir, a.key, bench) for a in adapters}
+        # one scorer call for every sample of every adapter: "who" is an (adapter, sample) pair
+        answers = {f"{a.key}#{j}": {it.item_id: family.answer(it, recs[a.key][it.item_id][j]) for it in its}
+                   for a in adapters for j in range(samples)}
         t0 = time.perf_counter()
         verdicts = family.score(spec, its, answers, s)
         for a in adapters:
             path = workdir / "verdicts" / a.key / f"{bench}.jsonl"
             if path.exists():
                 path.unlink()
-            append_records(path, [{"item_id": it.item_id, **verdicts[a.key][it.item_id].to_json()} for it in its])
-            rows.extend(score_rows(a, bench, verdicts[a.key]))
-        log(f"scored {bench} for {len(adapters)} adapters in {time.perf_counter() - t0:.1f}s")
+            append_records(path, [{"item_id": it.item_id, "sample": j, **verdicts[f"{a.key}#{j}"][it.item_id].to_json()}
+                                  for it in its for j in range(samples)])
+            rows.extend(score_rows(a, bench, {it.item_id: [verdicts[f"{a.key}#{j}"][it.item_id] for j in range(samples)]
+                                              for it in its}))
+        log(f"scored {bench} for {len(adapters)} adapters x {samples} sample(s) in {time.perf_counter() - t0:.1f}s")
     return rows
 
 
@@ -205,6 +231,10 @@ def evaluate_runs(run_dirs: Sequence[str | Path], s: EvalSettings, *, workdir: P
         raise ShardError(f"{plan_file}: benchmarks or items differ from this invocation (--benchmarks/--limit); give another --workdir")
     if [a["key"] for a in planned["adapters"]] != [a.key for a in adapters]:
         raise ShardError(f"{plan_file}: adapters differ from this invocation (--runs/--adapters/--no-base); give another --workdir")
+    if Decoding.from_json(planned.get("decoding")) != s.decoding:
+        raise ShardError(f"{plan_file}: decoding differs from this invocation (planned "
+                         f"{Decoding.from_json(planned.get('decoding')).short()}, now {s.decoding.short()}); pass the same "
+                         "--samples/--temperature/--top-p/--seed, or give another --workdir")
     merge(workdir)
     if stage == "merge":
         return []

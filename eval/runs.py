@@ -75,8 +75,9 @@ def read_run(run_dir: str | Path) -> list[EvalAdapter]:
 
 
 def run_info(run_dir: str | Path) -> dict:
-    """What the leaderboard's provenance says about a run: its training state and config, and per
-    member the step it was born at, the operator that made it, and its LoRA rank and alpha.
+    """What the leaderboard's provenance says about a run: its training state, config hash, seed and
+    population, and per member the step it was born at, the operator that made it, and its LoRA rank
+    and alpha.
 
     Reads ``summary.json`` and ``config.yaml`` when the run has them (a run assembled by hand may not).
     """
@@ -90,6 +91,8 @@ def run_info(run_dir: str | Path) -> dict:
         info.update(steps_done=data.get("steps_done"), status=data.get("status"), name=data.get("name"))
     if run.config_file.is_file():
         info["config_sha256"] = hashlib.sha256(run.config_file.read_bytes()).hexdigest()
+        cfg = run.read_config_data()
+        info.update(seed=cfg.get("seed"), population=cfg.get("population"))
     members = run.read_members() if run.members_file.is_file() else []
     for m in members:
         entry = {k: m.get(k) for k in ("born_step", "operator") if k in m}

@@ -12,6 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from eval.benchmarks import BENCHMARKS
+from eval.decoding import Decoding
 from populora.policy.config import PolicyConfig
 
 
@@ -30,6 +31,7 @@ class EvalSettings:
     chunk_size: int | None = None
     # -- what is evaluated -------------------------------------------------------------------------
     template: str = "base"
+    decoding: Decoding = field(default_factory=Decoding)  # greedy (the paper's), or N seeded samples per item
     benchmarks: list[str] = field(default_factory=lambda: list(BENCHMARKS))
     max_new_tokens: dict[str, int] = field(default_factory=dict)  # overrides of the registry defaults
     limit: int | None = None  # first N items of every benchmark
@@ -54,6 +56,8 @@ class EvalSettings:
     def __post_init__(self) -> None:
         if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
             raise ValueError(f"limit must be a whole number >= 1 (None: every item), got {self.limit!r}")
+        if isinstance(self.decoding, dict):
+            self.decoding = Decoding(**self.decoding)
 
     def budgets(self) -> dict[str, int]:
         return {b: int(self.max_new_tokens.get(b, BENCHMARKS[b].max_new_tokens)) for b in self.benchmarks}

@@ -3,6 +3,7 @@
     populora eval --runs runs/a runs/b --benchmarks code,math [--adapters ID ...] [--limit N]
     populora eval --runs runs/a --shard 3/8 --stage generate     # one Slurm array task
     populora eval --runs runs/a --shard 0/8 --stage score        # merge all 8 shards, then score
+    populora eval --runs runs/a runs/b --samples 8               # pass@1..8 (T 0.6, top-p 0.95, seeded)
     populora leaderboard runs/a runs/b --out DIR
 
 The heavy imports (torch, transformers, evalplus, math-verify) happen only when a command runs.
@@ -20,6 +21,39 @@ def _kv(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     k, v = text.split("=", 1)
     return k.strip(), v.strip()
+
+
+def unit_float(text: str) -> float:
+    """An argparse type: a number in (0, 1] (``--top-p``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value:g}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0 (``--temperature``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -76,6 +110,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="any other engine setting of the run config's policy: section (repeatable), "
                         "e.g. vllm.gpu_memory_utilization=0.9 or vllm.max_loras=8; see docs/backends.md")
     p.add_argument("--template", default="base", choices=("base", "chat", "r1"), help="prompt template (see docs/evaluation.md)")
+    p.add_argument("--samples", type=positive_int, default=1, metavar="N",
+                   help="samples per item (default 1: greedy, as the paper); N > 1 gives pass@1..N (unbiased estimator) "
+                        "and avg@N, all samples of all adapters generated in the same batches")
+    p.add_argument("--temperature", type=non_negative_float, metavar="T",
+                   help="sampling temperature (default: 0 = greedy for 1 sample, 0.6 for --samples > 1)")
+    p.add_argument("--top-p", type=unit_float, metavar="P", help="nucleus sampling (default: 1 greedy, 0.95 sampled)")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="sampling seed (default 0): the same seed draws the same samples, whatever the shards or chunks")
     p.add_argument("--max-new-tokens", type=_kv, action="append", default=[], metavar="BENCH=N",
                    help="token budget per benchmark (repeatable); defaults in eval/benchmarks.py")
     p.add_argument("--data", type=_kv, action="append", default=[], metavar="BENCH=PATH",
@@ -107,6 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from eval.benchmarks import BENCHMARKS, BenchmarkDataError, resolve_benchmarks
+    from eval.decoding import Decoding
     from eval.generate import ShardError, parse_shard
     from eval.pipeline import evaluate_runs, load_benchmarks
     from eval.settings import EvalSettings
@@ -120,7 +163,8 @@ def run_eval(args: argparse.Namespace) -> int:
                 raise ValueError(f"--max-new-tokens: unknown benchmark {k!r}")
             budgets[k] = int(v)
         s = EvalSettings(
-            policy=eval_policy(args), template=args.template, benchmarks=benches, max_new_tokens=budgets,
+            policy=eval_policy(args), template=args.template, benchmarks=benches,
+            decoding=Decoding.resolve(args.samples, args.temperature, args.top_p, args.seed), max_new_tokens=budgets,
             limit=args.limit, slice_size=args.slice_size, shard=parse_shard(args.shard), data_dir=args.data_dir,
             data_paths=dict(args.data), lcb_release=args.lcb_release, lcb_start=args.lcb_start or None,
             lcb_end=args.lcb_end or None, lcb_timeout_s=args.lcb_timeout, cache_dir=args.cache_dir,
