@@ -114,6 +114,19 @@ DENIED = {
     # about 1 GiB of kernel memory with memory_mb=64
     "socket": "IP, vsock, netlink... and AF_UNIX socket buffers of kernel memory",
     "socketpair": "AF_UNIX socket buffers, and descriptors in flight beyond RLIMIT_NOFILE",
+    # host-global counters that two executions compared by the determinism check could both move
+    # and read (issue 32): a pipe's inode number comes from a host-wide counter kept per CPU, so a
+    # program that picks its CPU and makes pipes moves what the next execution reads; a pidfd's
+    # inode number counts every process the host starts; sysinfo and statfs read host-wide memory,
+    # process and disk figures (the programs' /proc is empty for the same reason: server.py)
+    "sched_setaffinity": "choosing a CPU (whose counters the next execution on it reads)",
+    "pipe": "pipes: inode numbers from the host-wide per-CPU counter (no task needs one)",
+    "pipe2": "pipes, as pipe",
+    "pidfd_open": "pidfds: inode numbers that count the host's processes",
+    "pidfd_send_signal": "signalling by pidfd",
+    "sysinfo": "host-wide memory, swap, load and process counts",
+    "statfs": "free blocks and inodes of the host's file systems (the runtime is a bind mount)",
+    "fstatfs": "as statfs",
 }
 
 # fcntl commands denied (fcntl's second argument): record locks, leases and directory notification
@@ -131,10 +144,11 @@ FCNTL_DENIED = {
     "F_SETPIPE_SZ": 1031,  # pipes stay at the default 64 KiB: 64 descriptors hold at most 2 MiB
 }
 
-# clone() flags that create namespaces (the filter checks clone's first argument, flags, on x86-64
-# and arm64 alike); clone3 passes its flags in memory, out of a filter's reach, so it is refused
-# with ENOSYS and libc falls back to clone.
+# clone() flags that create namespaces or a pidfd (the filter checks clone's first argument, flags,
+# on x86-64 and arm64 alike); clone3 passes its flags in memory, out of a filter's reach, so it is
+# refused with ENOSYS and libc falls back to clone.
 CLONE_NAMESPACE_FLAGS = {
+    "CLONE_PIDFD": 0x00001000,  # not a namespace: a pidfd, refused as pidfd_open is
     "CLONE_NEWNS": 0x00020000,
     "CLONE_NEWCGROUP": 0x02000000,
     "CLONE_NEWUTS": 0x04000000,
