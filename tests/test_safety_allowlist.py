@@ -12,6 +12,14 @@ helpers, a class's methods and metaclass) are parsed; the test fails on any code
 unless the name is in ``REVIEWED`` with the reason it is harmless. C functions cannot be read
 this way: they are listed in ``C_FUNCTIONS`` by hand, each with what it does with names. The names
 removed for these reasons are in the JSON file's ``removed`` table; none may come back.
+
+The C paths this covers: the C callables of the allowlist (``C_MODULES``), and the special names
+the interpreter reads on a class in C (``C_LOOKUPS``: the copy protocol's slot names and reduce
+hooks, ``__format__``, ``__class_getitem__``, ``__match_args__``...), each checked in every spelling
+that could set it; ``test_the_c_lookups_table_covers_every_special_name_of_the_interpreters_types``
+keeps the table complete for the running Python. What it does not read: C code that looks a name up
+on an object the program did not build (the runtime strip layer, ``populora/sandbox/strip.py``,
+makes whatever such a lookup could return lead nowhere).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from importlib import resources
 
 import pytest
 
-from populora.tasks.safety import default_module_names
+from populora.tasks.safety import DEFAULT_ALLOWED_DUNDERS, default_module_names
 
 ATTRIBUTE_FUNCTIONS = {"getattr", "setattr", "delattr", "hasattr"}
 CODE_FUNCTIONS = {"vars", "eval", "exec", "globals", "__import__", "attrgetter", "methodcaller"}
@@ -276,3 +284,98 @@ def test_the_scanner_sees_each_kind_of_finding():
     assert not any("getattr with a run-time name" in x for x in found)
     assert any(".__dict__" in x for x in found) and any("getattr as a value" in x for x in found)
     assert any("vars()" in x for x in found)
+
+
+# --- issue 32: special names the interpreter reads on a class in C ------------------------------
+# Each special name CPython (or an allowlisted module) looks up on a class or an instance, with the
+# C path that reads it. A program can set a name in five spellings: a def in a class body, an
+# assignment in a class body, an attribute write, setattr with a constant, and a class namespace
+# built at run time (type(), ABCMeta(), the enum functional API). The allowed dunder methods
+# (safety.DEFAULT_ALLOWED_DUNDERS) may be set by the first, third and fourth: the interpreter calls
+# them with the program's own objects. Every other name must be rejected in every spelling, and a
+# run-time namespace is rejected whatever it holds (safety_classes.py).
+C_LOOKUPS = {
+    "__slots__": "type_new: member descriptors named by the strings; copyreg._slotnames",
+    "__slotnames__": "object.__getstate__ (copy, pickle): getattr(obj, name) for each name",
+    "__getstate__": "object.__reduce_ex__ (copy): the state copied onto the new object",
+    "__setstate__": "copy._reconstruct: called with the state",
+    "__reduce__": "object.__reduce_ex__: (callable, args, state) that copy calls and writes",
+    "__reduce_ex__": "copy.copy/deepcopy: (callable, args, state) that copy calls and writes",
+    "__getnewargs__": "object.__reduce_ex__ (protocol 2+): arguments to __new__",
+    "__getnewargs_ex__": "object.__reduce_ex__ (protocol 2+): arguments to __new__",
+    "__copy__": "copy.copy", "__deepcopy__": "copy.deepcopy",
+    "__format__": "format(), f-strings, str.format: called with the format spec",
+    "__class_getitem__": "subscription of a class (C[x])",
+    "__match_args__": "match: positional class patterns getattr each name",
+    "__init_subclass__": "type_new: called with the class keywords",
+    "__set_name__": "type_new: called with the owner and the attribute name",
+    "__mro_entries__": "class statement: replaces a base",
+    "__prepare__": "class statement: the namespace mapping",
+    "__instancecheck__": "isinstance", "__subclasscheck__": "issubclass",
+    "__subclasshook__": "abc's subclass check", "__subclasses__": "type.__subclasses__ (abc)",
+    "__getattr__": "attribute lookup fallback, with the name", "__getattribute__": "every attribute lookup",
+    "__setattr__": "every attribute write, with the name", "__delattr__": "attribute deletion",
+    "__get__": "descriptor read", "__set__": "descriptor write", "__delete__": "descriptor delete",
+    "__del__": "finalizer", "__enter__": "with", "__exit__": "with: gets the traceback",
+    "__length_hint__": "operator.length_hint, list()", "__fspath__": "os.fspath",
+    "__bytes__": "bytes()", "__complex__": "complex()", "__dir__": "dir()", "__sizeof__": "sys.getsizeof",
+    "__class__": "isinstance, super, assignment changes the type", "__dict__": "vars, attribute storage",
+    "__weakref__": "weakref", "__module__": "repr, pickle by name", "__qualname__": "pickle by name",
+    "__doc__": "help", "__annotations__": "dataclasses, typing", "__abstractmethods__": "abc",
+    "__orig_bases__": "typing.Generic", "__parameters__": "typing subscription", "__wrapped__": "inspect.unwrap",
+    "__signature__": "inspect.signature", "__text_signature__": "inspect.signature",
+    "__isabstractmethod__": "abc", "__new__": "instance creation", "__aiter__": "async for",
+    "__anext__": "async for", "__await__": "await", "__buffer__": "memoryview (3.12)",
+    "__release_buffer__": "memoryview (3.12)", "__getformat__": "float's format description",
+    "__rdivmod__": "divmod, reflected", "__rlshift__": "<<, reflected", "__rrshift__": ">>, reflected",
+    # the allowed dunder methods: called with the program's own objects
+    **{name: "an operator, a conversion or a container method: called with the program's own objects"
+       for name in DEFAULT_ALLOWED_DUNDERS if name != "__name__"},
+}
+
+
+def _spellings(name: str) -> dict[str, str]:
+    body = "def f(x):\n    return x\n"
+    return {
+        "def in a class body": f"class C:\n    def {name}(self, *a):\n        return 0\n" + body,
+        "assignment in a class body": f"class C:\n    {name} = len\n" + body,
+        "attribute write": f"class C:\n    pass\nC.{name} = len\n" + body,
+        "setattr with a constant": f"class C:\n    pass\nsetattr(C, '{name}', len)\n" + body,
+        "run-time namespace (type)": "def f(x):\n    return type('C', (), {x: len})\n",
+        "run-time namespace (ABCMeta)": "import abc\ndef f(x):\n    return abc.ABCMeta('C', (), {x: len})\n",
+        "run-time namespace (enum)": "import enum\ndef f(x):\n    return enum.Enum('E', [(x, 1)])\n",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(C_LOOKUPS))
+def test_a_special_name_read_in_c_is_set_only_by_vetted_spellings(name):
+    from populora.tasks.safety import check_program
+
+    allowed = name in DEFAULT_ALLOWED_DUNDERS
+    for spelling, program in _spellings(name).items():
+        reason = check_program(program)
+        if spelling.startswith("run-time namespace") or not allowed:
+            assert reason is not None and reason.startswith("banned:"), (name, spelling, reason)
+        elif spelling != "assignment in a class body":  # a class body assigns no dunder as data
+            assert reason is None, (name, spelling, reason)
+
+
+def test_the_c_lookups_table_covers_every_special_name_of_the_interpreters_types():
+    """Every dunder the built-in types of the running interpreter define is in the table: a new
+    Python that adds one fails here until it is reviewed."""
+    kinds = (object, type, int, float, complex, str, bytes, list, tuple, dict, set, frozenset, bool,
+             types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType,
+             BaseException, property, staticmethod, classmethod, super, memoryview, range, slice)
+    names = {n for k in kinds for n in dir(k) if n.startswith("__") and n.endswith("__")}
+    missing = sorted(names - set(C_LOOKUPS) - {"__name__", "__builtins__", "__closure__", "__code__",
+                                               "__defaults__", "__globals__", "__kwdefaults__", "__func__",
+                                               "__self__", "__bases__", "__base__", "__mro__", "__basicsize__",
+                                               "__itemsize__", "__flags__", "__weakrefoffset__",
+                                               "__dictoffset__", "__traceback__", "__context__", "__cause__",
+                                               "__suppress_context__", "__notes__", "__type_params__",
+                                               "__objclass__", "__set_name__", "__firstlineno__",
+                                               "__static_attributes__", "__annotate__",
+                                               "__self_class__", "__thisclass__"})
+    # the rest are attributes the interpreter sets itself (read-only, or data a program cannot write
+    # onto a class without a banned attribute name: the AST check rejects every one of them by name)
+    assert not missing, missing

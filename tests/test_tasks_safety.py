@@ -100,11 +100,11 @@ ITEM_7 = [
     ("def f(x):\n    match x:\n        case object(_private=p):\n            return p", "banned:_private"),
     # positional class patterns look names up in a __match_args__ a program can build at run time
     (
-        "def f(x):\n    C = type('C', (), {})\n    match f:\n        case C(g):\n            return g",
+        "def f(x):\n    C = x\n    match f:\n        case C(g):\n            return g",
         "banned:match_positional",
     ),
     (
-        "def f(x):\n    int = type(f)\n    match x:\n        case int(n):\n            return n",
+        "def f(x):\n    int = x\n    match x:\n        case int(n):\n            return n",
         "banned:match_positional",
     ),
     # str.format field paths, in literals and f-strings, and format strings built at run time
@@ -142,7 +142,23 @@ ITEM_7 = [
         "class C:\n    def __exit__(self, *a):\n        return a[2]\ndef f(x):\n    return 1",
         "banned:__exit__",
     ),
-    ("def f(x):\n    return type('C', (), {'__getattr__': len})", "banned:__getattr__"),
+    ("def f(x):\n    return {'__getattr__': len}", "banned:__getattr__"),
+    # issue 32: no class is built from a namespace at run time (C reads some of its names as data)
+    ("def f(x):\n    return type('C', (), {'__getattr__': len})", "banned:type"),
+    ("def f(x):\n    return type('C', (), {'__slot' + 'names__': ['x']})", "banned:type"),
+    ("def f(x):\n    T = type(x)\n    return T('C', (), {})", "banned:type"),
+    ("def f(x):\n    return type(type(x))('C', (), {})", "banned:type"),
+    ("def f(x):\n    return g(type(x))\ndef g(t):\n    return t", "banned:type"),
+    ("def f(x):\n    return type(x).mro()[0]", "banned:mro"),
+    ("def f(x):\n    return type(x).__call__(type(x), 'C', (), {})", "banned:__call__"),
+    ("class M(type):\n    pass\ndef f(x):\n    return M", "banned:type"),
+    ("import abc\ndef f(x):\n    return abc.ABCMeta('C', (), {'__form' + 'at__': len})", "banned:ABCMeta"),
+    ("from enum import EnumType\ndef f(x):\n    return EnumType", "banned:EnumType"),
+    ("import typing\ndef f(x):\n    return typing.Type('C', (), {})", "banned:Type"),
+    ("import enum\ndef f(x):\n    return enum.Enum('E', [('__reduce_' + 'ex__', 1)])", "banned:enum_functional"),
+    ("from enum import Flag\nclass B(Flag):\n    pass\ndef f(x):\n    return B('E', 'A')", "banned:enum_functional"),
+    ("class P:\n    __slots__ = ['__dict' + '__']\ndef f(x):\n    return P()", "banned:__slots__"),
+    ("class P:\n    __slots__ = names\ndef f(x):\n    return P()", "banned:__slots__"),
     # module hops through allowed modules' private attributes and non-allowlisted public ones
     ("import typing\ndef f(x):\n    return typing.collections._sys.modules['os']", "banned:collections"),
     ("import typing\ndef f(x):\n    return typing.re", "banned:re"),
@@ -181,6 +197,15 @@ ALLOWED = [
     "def f(x):\n    return getattr(x, 'real', 0)",
     "def f(x):\n    return hasattr(x, 'append')",
     "def f(x):\n    return type(x).__name__",
+    # what a program may still do with classes and type(): nothing of it builds a class at run time
+    "def f(x):\n    return type(x)(v * 2 for v in x)",
+    "def f(x):\n    return isinstance(x, (int, type)) or type(x) is int or type(x) in (list, tuple)",
+    "def f(x):\n    return {int: 'i', str: 's'}[type(x)], str(type(x)), f'{type(x)}'",
+    "from abc import ABC, ABCMeta, abstractmethod\nclass A(metaclass=ABCMeta):\n    pass\nclass B(ABC):\n"
+    "    @abstractmethod\n    def g(self):\n        pass\ndef f(x: type) -> int:\n    return 1",
+    "import enum\nclass C(enum.Enum):\n    A = 1\n    B = 2\ndef f(x):\n    return C(x).name",
+    "from typing import Type\ndef f(x: Type[int]) -> int:\n    return 1",
+    "class P:\n    __slots__ = ('a', 'b')\n    def __init__(self):\n        self.a = 1\ndef f(x):\n    return P().a",
     "if __name__ == '__main__':\n    pass\ndef f(x):\n    return x",
     "def f(xs):\n    return sorted(set(xs))",
     "class Clock:\n    def __init__(self):\n        self.time = 0\n    def tick(self):\n        self.time += 1\n"
@@ -334,11 +359,11 @@ DATACLASS_RULES = [
     # an extra decorator could return any class
     ("from dataclasses import dataclass\ndef d(c):\n    return c\n@d\n@dataclass\nclass P:\n    x: int\n"
      "def f(v):\n    return v\n", "banned:dataclass"),
-    ("from dataclasses import dataclass\nclass M(type):\n    pass\n@dataclass\nclass P(metaclass=M):\n"
+    ("from dataclasses import dataclass\nfrom abc import ABCMeta\n@dataclass\nclass P(metaclass=ABCMeta):\n"
      "    x: int\ndef f(v):\n    return v\n", "banned:dataclass"),
-    ("from dataclasses import dataclass\ndef f(v):\n    return dataclass(type('C', (), {}))\n", "banned:dataclass"),
+    ("from dataclasses import dataclass\ndef f(v):\n    return dataclass(v)\n", "banned:dataclass"),
     ("import dataclasses\ndef f(v):\n    d = dataclasses.dataclass\n    return d\n", "banned:dataclass"),
-    ("from dataclasses import dataclass\nB = type('B', (), {})\n@dataclass\nclass P(B):\n    x: int\n"
+    ("from dataclasses import dataclass\nB = int\n@dataclass\nclass P(B):\n    x: int\n"
      "def f(v):\n    return P(v)\n", "banned:dataclass"),
     ("from dataclasses import dataclass\n@dataclass(init=len)\nclass P:\n    x: int\ndef f(v):\n    return v\n",
      "banned:dataclass"),

@@ -41,6 +41,11 @@ so ``import os`` with two spaces slipped through). Rules (the lists are configur
   (``banned:match_positional`` otherwise).
 - **Names:** a name in ``banned_names`` (``eval``, ``exec``, ``open``, ``id``, ``hash``...) in any
   context, even as a parameter; dunder names other than ``__name__`` and ``__slots__``.
+- **No class is built from a namespace at run time** (``safety_classes.py``): CPython looks some
+  special names up on a class as data, in C (the copy protocol's slot names, ``__format__``...), so
+  a metaclass (``type``, ``ABCMeta``, ``EnumType``, ``typing.Type``) is never a value a class can be
+  built from (``type(x)`` with one argument only, its result never passed on), the enum functional
+  API is refused, and ``__slots__`` is a literal of public names.
 
 The check also keeps the task distribution deterministic and cheap to run (no ``random``, ``time``,
 ``id``, ``hash``).
@@ -58,6 +63,7 @@ from functools import lru_cache
 from importlib import resources
 
 from populora.tasks.records import banned
+from populora.tasks.safety_classes import ClassRules
 
 MODULE_NAMES_FILE = "allowed_module_names.json"
 
@@ -101,7 +107,7 @@ DEFAULT_BANNED_NAMES = (
 DEFAULT_BANNED_ATTRIBUTES = (
     "sys", "os", "builtins", "inspect", "importlib", "subprocess", "socket", "shutil", "ctypes",
     "threading", "multiprocessing", "asyncio", "pickle", "marshal", "posix", "system", "popen",
-    "bltns", "types", "gc", "codecs", "io", "signal", "modules", "get_field", "format_field",
+    "bltns", "types", "gc", "codecs", "io", "signal", "modules", "get_field", "format_field", "mro",
     *DEFAULT_BANNED_NAMES[-11:],
 )  # fmt: skip
 
@@ -160,7 +166,7 @@ class SafetyConfig:
     star_modules: tuple[str, ...] = field(default_factory=default_star_modules)
 
 
-class _Checker(ast.NodeVisitor):
+class _Checker(ClassRules, ast.NodeVisitor):
     def __init__(self, cfg: SafetyConfig, tree: ast.AST) -> None:
         self.cfg = cfg
         self.allowed_modules = frozenset(cfg.allowed_modules)
@@ -177,6 +183,7 @@ class _Checker(ast.NodeVisitor):
         self.dataclass_uses: set[int] = set()  # nodes naming the real dataclass as a decorator
         for node in ast.walk(tree):  # imports first: a function may use a module imported later
             self._collect(node)
+        self.index_tree(tree)  # parents and annotations (safety_classes.py)
 
     def flag(self, name: str) -> None:
         if self.finding is None:
@@ -222,6 +229,8 @@ class _Checker(ast.NodeVisitor):
         if id(node) in self.approved_calls:
             return
         self.check_name(node.id)
+        if isinstance(node.ctx, ast.Load):
+            self.check_metaclass_use(node)  # type, ABCMeta...: never a value a class is built from
         if id(node) not in self.dataclass_uses and self._names_real_dataclass(node):
             self.flag("dataclass")  # dataclass(C) on a class built at run time, or as a value
         if node.id in self.modules and id(node) not in self.module_bases:
@@ -243,6 +252,7 @@ class _Checker(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.check_name(node.name)
+        self.check_slots(node)
         found = [self._dataclass_decorator(d) for d in node.decorator_list]
         if any(found):
             # dataclass builds code from the field names (exec) and writes them with setattr: only
@@ -415,6 +425,8 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if id(node) not in self.dataclass_uses and self._names_real_dataclass(node):
             self.flag("dataclass")
+        if isinstance(node.ctx, ast.Load):
+            self.check_metaclass_use(node)  # abc.ABCMeta, enum.EnumType...
         if isinstance(node.value, ast.Name):
             self.module_bases.add(id(node.value))
         if node.attr in ("format", "format_map"):
@@ -456,6 +468,9 @@ class _Checker(ast.NodeVisitor):
         ):
             if self.check_attribute_name(node.args[1].value):
                 self.approved_calls.add(id(func))
+        if self.metaclass_name(func) == "type":
+            self.check_type_result(node)
+        self.check_enum_call(node)
         self.generic_visit(node)
 
 
