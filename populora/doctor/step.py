@@ -57,7 +57,7 @@ def step_sequences(types: int, rollouts: int, proposer_fraction: float, preset: 
     for both arms: whole proposals per task type, whole groups of ``rollouts``, and the baseline's split
     of them (``config.baseline_split``) likewise; None where no count does (pure)."""
     whole = math.lcm(types, rollouts)
-    for n in range(whole * max(1, -(-target // whole)), preset + 1, whole):
+    for n in range(whole * max(1, -(-min(target, preset) // whole)), preset + 1, whole):
         props = round(n * proposer_fraction)
         if 0 < props < n and props % types == 0 and (n - props) % rollouts == 0:
             return n
