@@ -1,21 +1,27 @@
-"""Leaderboards from the score files of runs: Markdown, CSV and HTML (with a small-multiples chart).
+"""Leaderboards from the score files of runs: Markdown, CSV, HTML and PNG figures.
 
-Rows are grouped by run: the run's members (teachers, students), right after them the population's
-mean, min, max and std, then the run's single-agent baseline; the base model closes the table as the
-reference, labelled with its model and the runs it was evaluated with. Columns are the benchmarks'
-metrics (each with its item count), then three averages over complete groups only:
+The page, top to bottom (every table captioned with its decoding, seeds, benchmark versions and item
+counts, and LiveCodeBench's release and date window: ``eval.labels``):
 
-- code avg: mean of the code benchmarks' main metric (HumanEval+, MBPP+, LiveCodeBench), shown only
-  when a row has all of them;
-- math avg: mean of the seven math sets, only when a row has all seven;
-- overall: mean of the two averages (as AZR reports it), only when both exist.
+1. the claims (``eval.claims``): across-seed tables (mean over seeds of the population mean and of the
+   best member, the baseline, the base model, with 95% t intervals across seeds), the paired
+   comparison of every population configuration with the baseline (difference, bootstrap interval,
+   p-value; table and forest plot) and the pass@k curves of a sampled evaluation;
+2. the per-run table: rows grouped by run (the run's members, right after them the population's mean,
+   min, max and std, then the run's single-agent baseline); the base model closes the table as the
+   reference, labelled with its model and the runs it was evaluated with. Columns are the
+   benchmarks' metrics (each with its item count), then three averages over complete groups only:
+   code avg (HumanEval+, MBPP+, LiveCodeBench, shown only when a row has all of them), math avg (the
+   seven math sets, only when all seven are there), overall (the mean of the two, as AZR reports it,
+   only when both exist). Missing values are blank, never 0. Every adapter cell carries its 95%
+   Wilson interval. The best adapter value of a column is bold unless all tie. Below it, a chart with
+   one panel per benchmark: population members as points with their mean and min marked, baseline
+   and base model as horizontal lines;
+3. the provenance: engine, decoding, library versions, scorer limits, data versions and checksums,
+   stop strings and token budgets, each run's training state and members.
 
-Missing values are blank, never 0. Every adapter cell carries its 95% Wilson interval (second line in
-the HTML, three extra columns per metric in the CSV). The best adapter value of a column is bold unless
-all tie. The chart has one panel per benchmark: population members as points with their mean and
-min marked, baseline and base model as horizontal lines. The provenance under the table names the
-engine, library versions, scorer limits, data versions and checksums, stop strings and token
-budgets, and each run's training state and members.
+Files: ``leaderboard.md``, ``.html``, ``.csv`` (per-run table), ``.png`` (chart), ``seeds.csv``,
+``paired.csv``, ``passk.csv``, ``claims.json`` and ``passk-<family>.png`` (sampled evaluations).
 """
 
 from __future__ import annotations
@@ -23,20 +29,16 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import io
 import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.benchmarks import BENCHMARKS
+from eval.claims import build_claims, claims_html, claims_markdown, render_figures, write_claims_files
+from eval.columns import ALL_COLUMNS, AVERAGE_RULE, AVERAGES, GROUPS, group_average
+from eval.paired import BOOTSTRAP_SEED, N_BOOT
 
-GROUPS = {g: tuple(s.average_column() for s in BENCHMARKS.values() if s.group == g) for g in ("code", "math")}
-ALL_COLUMNS = tuple(col for s in BENCHMARKS.values() for _, col in s.column_names())
-AVERAGES = ("code avg", "math avg", "overall")
-AVERAGE_RULE = (f"code avg = mean of {', '.join(GROUPS['code'])}, shown only when all {len(GROUPS['code'])} are "
-                f"present; math avg = mean of the {len(GROUPS['math'])} math sets, only when all are present; "
-                "overall = mean of code avg and math avg, only when both exist. Blank = not evaluated.")
+__all__ = ["ALL_COLUMNS", "AVERAGES", "AVERAGE_RULE", "GROUPS", "build_table", "read_scores", "write_leaderboard"]
 ROLE_ORDER = {"teacher": 0, "student": 1, "population": 2, "baseline": 3}
 
 
@@ -71,15 +73,6 @@ def read_scores(run_dirs: Sequence[str | Path]) -> tuple[list[dict], dict[str, d
     return rows, provs
 
 
-def _mean(xs):
-    return sum(xs) / len(xs) if xs else None
-
-
-def _group_average(values: dict, cols: Sequence[str]) -> float | None:
-    got = [values.get(c) for c in cols]
-    return None if any(v is None for v in got) else _mean(got)
-
-
 def build_table(rows: Sequence[dict]) -> tuple[list[str], list[dict]]:
     """``(columns, table rows)``; a table row has ``label, run, role, member, kind, values, ci, n``."""
     columns = [c for c in ALL_COLUMNS if any(r["column"] == c for r in rows)]
@@ -94,8 +87,8 @@ def build_table(rows: Sequence[dict]) -> tuple[list[str], list[dict]]:
             a["ci"][r["column"]] = tuple(r["ci95"])
     for a in adapters.values():
         v = a["values"]
-        v["code avg"] = _group_average(v, GROUPS["code"])
-        v["math avg"] = _group_average(v, GROUPS["math"])
+        v["code avg"] = group_average(v, GROUPS["code"])
+        v["math avg"] = group_average(v, GROUPS["math"])
         v["overall"] = None if v["code avg"] is None or v["math avg"] is None else (v["code avg"] + v["math avg"]) / 2
         if a["role"] == "base":
             a["label"] = f"base model {a['model']}"
@@ -188,66 +181,12 @@ def _provenance_lines(provs: dict[str, dict]) -> list[str]:
         if not info:
             continue
         cfg = (info.get("config_sha256") or "")[:12]
-        lines.append(f"run {run}: trained {info.get('steps_done')} steps ({info.get('status')}), config sha256 {cfg or '-'}")
+        seed = f", seed {info['seed']}" if info.get("seed") is not None else ""
+        lines.append(f"run {run}: trained {info.get('steps_done')} steps ({info.get('status')}), config sha256 {cfg or '-'}{seed}")
         for mid, m in info.get("members", {}).items():
             lines.append(f"  {mid}: born at step {m.get('born_step')}, operator {m.get('operator')}, "
                          f"LoRA rank {m.get('rank')}, alpha {m.get('alpha')}")
     return lines
-
-
-def chart_png(cols, table) -> bytes:
-    """One panel per benchmark: members as points (mean and min marked), baseline and base as lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [c for c in cols if c in GROUPS["code"] + GROUPS["math"] or c in AVERAGES]
-    ncols = min(5, max(1, len(panels)))
-    nrows = (len(panels) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(13.4, 2.6 * nrows + 0.7), squeeze=False)
-    pop_runs = sorted({t["run"] for t in table if t["role"] in ("teacher", "student")})
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    handles = {}
-    for ax, col in zip(axes.flat, panels):
-        top = 0.0
-        for x, run in enumerate(pop_runs):
-            ys = [100 * t["values"][col] for t in table if t["run"] == run and t["role"] in ("teacher", "student")
-                  and t["values"].get(col) is not None]
-            if not ys:
-                continue
-            jitter = [x + 0.08 * (k - (len(ys) - 1) / 2) for k in range(len(ys))]
-            handles["member"] = ax.scatter(jitter, ys, s=14, color="#555", zorder=3, label="member")
-            handles["population mean"] = ax.scatter([x], [statistics.fmean(ys)], marker="D", s=40, color="#1f5fbf", zorder=4,
-                                         label="population mean")
-            handles["population min"] = ax.scatter([x], [min(ys)], marker="v", s=40, color="#c0392b", zorder=4, label="population min")
-            top = max(top, *ys)
-        refs = [t for t in table if t["role"] in ("baseline", "base")]
-        for k, t in enumerate(refs):
-            y = t["values"].get(col)
-            if y is None:
-                continue
-            style = dict(color="#777", ls="-", lw=1.2) if t["role"] == "base" else dict(color=colors[k % len(colors)], ls="--", lw=1.4)
-            name = "base model" if t["role"] == "base" else f"baseline {t['run']}/{t['member']}"
-            handles[name] = ax.axhline(100 * y, label=name, **style)
-            top = max(top, 100 * y)
-        ax.set_title(col, fontsize=10)
-        ax.set_xlim(-0.6, max(0.6, len(pop_runs) - 0.4))
-        ax.set_xticks(range(len(pop_runs)))
-        ax.set_xticklabels(pop_runs, fontsize=8)
-        ax.set_ylim(0, max(5.0, top * 1.15))  # never below 0, visible when all values are 0
-        ax.tick_params(axis="y", labelsize=8)
-        ax.grid(axis="y", alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.supylabel("pass@1 / accuracy (%)", fontsize=9)
-    if handles:
-        fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, len(handles)), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.07 if handles else 0, 1, 1))
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:16px;max-width:1368px}
@@ -263,18 +202,36 @@ b{color:#070}
 .ci{display:block;color:#888;font-size:10px}
 .n{display:block;color:#888;font-weight:400;font-size:10px}
 img{max-width:100%}
+caption{caption-side:top;text-align:left;font-size:11px;color:#444;padding:4px 0;white-space:normal}
+table.claims{margin-bottom:14px}
+table.claims td:first-child b{color:#111}
+#paired td:last-child{white-space:normal;color:#666}
+#paired td:nth-child(2),#paired th:nth-child(2),#paired td:last-child,#paired th:last-child{text-align:left}
+tr.population_mean td{background:#f2f2fb}
+tr.baseline td{background:#fbf3e8}
+figure{margin:8px 0 18px 0}
+figcaption{font-size:11px;color:#444;max-width:1000px}
+svg{max-width:100%;height:auto}
+p.labels,p.note{font-size:12px;color:#333}
 pre{white-space:pre-wrap;font-size:11px;background:#fafafa;padding:8px}
 p.rule{font-size:12px;color:#444}"""
 
 
-def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path) -> dict[str, Path]:
+def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path, *, seed_key: str = "seed",
+                      n_boot: int = N_BOOT, bootstrap_seed: int = BOOTSTRAP_SEED) -> dict[str, Path]:
+    """Write every leaderboard file of ``run_dirs`` into ``out``; returns their paths by kind."""
     rows, provs = read_scores(run_dirs)
+    claims = build_claims(run_dirs, rows, provs, seed_key=seed_key, n_boot=n_boot, bootstrap_seed=bootstrap_seed)
     cols, table = build_table(rows)
     best = best_per_column(cols, table)
     counts = column_counts(cols, table)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     prov_lines = _provenance_lines(provs)
+    from eval.figures import chart_png
+
+    png = chart_png(cols, table)
+    render_figures(claims)
 
     def is_best(t, c):
         x = t["values"].get(c)
@@ -283,8 +240,10 @@ def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path) -> dict[s
     def head(c):
         return f"{c} (n={counts[c]})" if counts.get(c) else c
 
-    intro = "Greedy pass@1 / accuracy in %. Best adapter value per column in bold; blank = not evaluated."
-    md = ["# Leaderboard", "", intro, "", "| adapter | " + " | ".join(head(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
+    metric = "pass@1" if claims.max_k == 1 else f"pass@1 (avg@{claims.max_k})"
+    intro = f"{metric} / accuracy in %. Best adapter value per column in bold; blank = not evaluated."
+    md = ["# Leaderboard", "", f"*{claims.caption}*", "", *claims_markdown(claims), "## Per run", "", intro, "",
+          f"*{claims.caption}*", "", "| adapter | " + " | ".join(head(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
     current = None
     for t in table:
         if t["role"] != "base" and t["run"] != current:
@@ -293,7 +252,8 @@ def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path) -> dict[s
         md.append("| " + t.get("note", t["label"]) + " | " + " | ".join(f"**{_fmt(t['values'].get(c))}**" if is_best(t, c)
                                                         else _fmt(t["values"].get(c)) for c in cols) + " |")
     md += ["", AVERAGE_RULE, "", "## Provenance", "", "```", *prov_lines, "```", ""]
-    paths = {"md": out / "leaderboard.md", "csv": out / "leaderboard.csv", "html": out / "leaderboard.html", "png": out / "leaderboard.png"}
+    paths = {"md": out / "leaderboard.md", "csv": out / "leaderboard.csv", "html": out / "leaderboard.html",
+             "png": out / "leaderboard.png"}
     paths["md"].write_text("\n".join(md))
 
     with open(paths["csv"], "w", newline="") as f:
@@ -306,9 +266,8 @@ def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path) -> dict[s
                 cells += ["" if v is None else f"{v:.6f}", "" if not ci else f"{ci[0]:.6f}", "" if not ci else f"{ci[1]:.6f}",
                           t["n"].get(c) or ""]
             w.writerow([t["run"], t["role"], t["member"], t["kind"], *cells])
-
-    png = chart_png(cols, table)
     paths["png"].write_bytes(png)
+    paths.update(write_claims_files(claims, out))
 
     def cell(t, c):
         v = t["values"].get(c)
@@ -334,11 +293,14 @@ def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path) -> dict[s
                     + "".join(cell(t, c) for c in cols) + "</tr>")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>PopuLoRA leaderboard</title>
 <style>{_CSS}</style></head><body>
-<h1>Leaderboard</h1><p>{intro} Second line of a cell: 95% Wilson interval.</p>
-<table id="leaderboard"><thead><tr><th>adapter</th>{thead}</tr></thead><tbody>{''.join(body)}</tbody></table>
+<h1>Leaderboard</h1><p class="labels">{html.escape(claims.caption)}</p>
+{claims_html(claims)}
+<h2>Per run</h2><p>{intro} Second line of a cell: 95% Wilson interval.</p>
+<table id="leaderboard"><caption>{html.escape(claims.caption)}</caption><thead><tr><th>adapter</th>{thead}</tr></thead>
+<tbody>{''.join(body)}</tbody></table>
 <p class="rule">{html.escape(AVERAGE_RULE)}</p>
 <h2>Per benchmark: population members, mean and min vs baseline and base model</h2>
-<img alt="small multiples: one panel per benchmark" src="data:image/png;base64,{base64.b64encode(png).decode()}">
+<img id="chart" alt="small multiples: one panel per benchmark" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 <h2>Provenance</h2><pre>{html.escape(chr(10).join(prov_lines))}</pre></body></html>
 """
     paths["html"].write_text(page)

@@ -86,7 +86,7 @@ def test_files_written_with_blanks_counts_and_intervals(tmp_path):
     assert "| b0 (baseline) | 50.0 | **90.0** |" in md  # best gsm8k
     assert "| s0 (student) | **60.0** | 80.0 |" in md  # best HumanEval+
     assert "HumanEval+ (n=10)" in md and AVERAGE_RULE in md
-    assert md.count("base model tiny") == 1  # one base row although both runs carry it
+    assert md.count("base model tiny, evaluated with") == 1  # one base row although both runs carry it
     assert "GSM8K test (1319)" in md and "commit abc123" in md and "max new tokens 8" in md and "stop ['\\nQuestion:']" in md
     assert "backend hf" in md and "evalplus 0.3.1" in md and "4.0 GiB per test process" in md and "6 s per test" in md
     assert "run pop: trained 3 steps (finished)" in md and "LoRA rank 8" in md

@@ -144,6 +144,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     lp = sub.add_parser("leaderboard", help="write leaderboard.md/.csv/.html from evaluated runs")
     lp.add_argument("runs", nargs="+", help="run directories evaluated with `populora eval`")
     lp.add_argument("--out", required=True, help="output directory")
+    lp.add_argument("--seed-key", default="seed",
+                    help="config key that holds a run's training seed (default seed; a sweep's seed_key)")
+    lp.add_argument("--bootstrap", type=positive_int, default=10_000, metavar="B",
+                    help="replicates of the paired bootstrap (default 10000)")
+    lp.add_argument("--bootstrap-seed", type=non_negative_int, default=0, help="seed of the paired bootstrap (default 0)")
     lp.set_defaults(func=run_leaderboard)
 
 
@@ -215,8 +220,9 @@ def run_leaderboard(args: argparse.Namespace) -> int:
     from eval.leaderboard import write_leaderboard
 
     try:
-        paths = write_leaderboard(args.runs, args.out)
-    except FileNotFoundError as e:
+        paths = write_leaderboard(args.runs, args.out, seed_key=args.seed_key, n_boot=args.bootstrap,
+                                  bootstrap_seed=args.bootstrap_seed)
+    except (FileNotFoundError, ValueError) as e:
         print(f"populora leaderboard: {e}", file=sys.stderr)
         return 2
     for p in paths.values():

@@ -1,0 +1,281 @@
+"""The leaderboard's statistical sections, the ones a paper's claims rest on: across-seed tables,
+the paired comparison against the baseline, and the pass@k curves; built once (:func:`build_claims`)
+and written as Markdown, HTML, CSV and JSON.
+
+- across seeds (``eval.seeds``): per configuration, the mean over seeds of the population mean and of
+  the best member, the baseline and the base model, each with its 95% Student-t interval across
+  seeds; at pass@1 (greedy, or avg@N) and, for a sampled evaluation, at pass@N;
+- paired (``eval.paired``): population mean minus baseline per benchmark and for the code and math
+  averages, with the bootstrap interval and p-value, as a table and a forest plot;
+- pass@k (``eval.passk``): one figure per benchmark family (PNG, embedded in the HTML).
+
+Every table carries its caption (``eval.labels``): decoding, seeds, benchmark versions and item
+counts, LiveCodeBench's release and date window.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eval.columns import MAIN_COLUMNS
+from eval.labels import caption, decoding_text, seeds_text
+from eval.paired import BOOTSTRAP_SEED, N_BOOT, Comparison, compare
+from eval.passk import FAMILY_TITLES, Curve, curves, families
+from eval.seeds import (
+    AdapterScores,
+    RunGroup,
+    SeedRow,
+    adapter_scores,
+    group_runs,
+    identify_runs,
+    present_columns,
+    seed_table,
+)
+from eval.stats import Interval
+
+T_RULE = ("Mean over seeds; second line: 95% Student-t interval across seeds, mean ± t(0.975, s-1) · sd / √s over the "
+          "s seeds' values, clipped to [0, 100] (population mean = mean over a run's members; best member = the run's highest member on that "
+          "column, chosen on the same items, so optimistic). One seed: no interval exists. The base model has no "
+          "training seed.")
+
+
+def bootstrap_rule(n_boot: int, seed: int) -> str:
+    return (f"Paired bootstrap ({n_boot:,} replicates, seed {seed}): the items are resampled with replacement, the same "
+            "draw for the population and the baseline and every seed (paired on items); each arm's seeds are resampled "
+            "when it has two or more. Difference = population mean (over members) minus baseline, in points of pass@1; "
+            "95% percentile interval; two-sided p = (1 + #{|θ* − θ| ≥ |θ|}) / (B + 1). Code / math avg: the mean of "
+            "their benchmarks' differences (items resampled within each benchmark). Not corrected for multiple "
+            "comparisons.")
+
+
+@dataclass
+class Claims:
+    groups: list[RunGroup]
+    columns: list[str]
+    seed_tables: list[tuple[str, int | None, list[SeedRow]]]  # (title, k, rows)
+    comparisons: list[Comparison]
+    curves: dict[str, dict[str, list[Curve]]]  # family -> column -> curves
+    max_k: int
+    caption: str
+    figure_caption: str  # the short form a figure carries: decoding and seeds (its panels name items)
+    items: dict[str, str] = field(default_factory=dict)  # column -> item count ("40", or "4-40" if runs differ)
+    n_boot: int = N_BOOT
+    bootstrap_seed: int = BOOTSTRAP_SEED
+    figures: dict[str, bytes] = field(default_factory=dict)  # family -> PNG
+
+
+def max_common_k(scores: Mapping[str, AdapterScores]) -> int:
+    """The largest k that every adapter has on every column it was evaluated on (1 when greedy)."""
+    ks = [max(pk) for a in scores.values() for pk in a.pass_at_k.values() if pk]
+    return min(ks) if ks else 1
+
+
+def build_claims(run_dirs: Sequence[str | Path], rows: Sequence[dict], provs: Mapping[str, dict], *,
+                 seed_key: str = "seed", n_boot: int = N_BOOT, bootstrap_seed: int = BOOTSTRAP_SEED) -> Claims:
+    members: dict[str, dict[str, str]] = {}  # run -> member -> role, as evaluated
+    for r in rows:
+        if r["role"] != "base":
+            members.setdefault(r["run"], {})[r["member_id"]] = r["role"]
+    groups = group_runs(identify_runs(run_dirs, seed_key, {run: list(m.values()) for run, m in members.items()}))
+    scores = adapter_scores(rows)
+    cols = present_columns(scores)
+    k = max_common_k(scores)
+    tables = [("pass@1" if k == 1 else f"pass@1 (avg@{k})", None, seed_table(groups, scores, cols))]
+    if k > 1:
+        tables.append((f"pass@{k}", k, seed_table(groups, scores, cols, k)))
+    main = [c for c in MAIN_COLUMNS if c in cols]
+    comps = compare(groups, scores, main, n_boot, bootstrap_seed)
+    fams = {fam: {c: curves(groups, scores, c) for c in fcols} for fam, fcols in families(main).items()} if k > 1 else {}
+    short = f"{decoding_text(provs)}. {seeds_text(groups)}." if groups else f"{decoding_text(provs)}."
+    counts = {c: sorted({a.n[c] for a in scores.values() if a.n.get(c)}) for c in cols}
+    items = {c: (str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}") for c, ns in counts.items() if ns}
+    return Claims(groups, cols, tables, comps, fams, k, caption(provs, cols, groups), short, items, n_boot, bootstrap_seed)
+
+
+def render_figures(claims: Claims) -> dict[str, bytes]:
+    from eval.figures import passk_png
+
+    for fam, panels in claims.curves.items():
+        claims.figures[fam] = passk_png(f"pass@k, {FAMILY_TITLES.get(fam, fam)}", panels, claims.figure_caption,
+                                        claims.items)
+    return claims.figures
+
+
+# -- formatting -------------------------------------------------------------------------------------
+def _pct(x: float | None, sign: bool = False) -> str:
+    return "" if x is None else (f"{100 * x:+.1f}" if sign else f"{100 * x:.1f}")
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _interval_text(iv: Interval | None) -> tuple[str, str]:
+    """(value, second line): ``("34.2", "32.9–35.5")``, ``("34.2", "1 seed")`` or ``("", "")``."""
+    if iv is None:
+        return "", ""
+    if iv.low is None:
+        return _pct(iv.mean), ("no interval" if iv.n == 1 else "")
+    return _pct(iv.mean), f"{_pct(iv.low)}–{_pct(iv.high)}"
+
+
+def _seed_cell_md(iv: Interval | None, base: bool) -> str:
+    value, second = _interval_text(iv)
+    if not value or base:
+        return value
+    return f"{value} [{second}]" if iv.low is not None else f"{value} (1 seed)"
+
+
+def _seeds_of(row: SeedRow) -> str:
+    return "-" if row.group is None else str(len(row.group.runs))
+
+
+def comparison_rows(claims: Claims) -> list[list[str]]:
+    out = []
+    for c in claims.comparisons:
+        name = f"{c.config} − {c.baseline}"
+        if c.test is None:
+            out.append([name, c.column, "", "", "", "", "", f"no test: {c.reason}"])
+            continue
+        t = c.test
+        items = str(sum(t.items)) if len(t.items) == 1 else f"{sum(t.items)} ({len(t.items)} benchmarks)"
+        out.append([name, c.column, _pct(t.difference, True), f"[{_pct(t.low, True)}, {_pct(t.high, True)}]", _p(t.p_value),
+                    items, f"{t.seeds_a} / {t.seeds_b}", ""])
+    return out
+
+
+PAIRED_HEAD = ["population − baseline", "benchmark", "Δ pass@1 (points)", "95% CI", "p", "items", "seeds (pop / base)", "note"]
+
+
+def claims_markdown(claims: Claims) -> list[str]:
+    md = []
+    for title, _k, rows in claims.seed_tables:
+        md += [f"## Across seeds: {title} in %", "", f"*{claims.caption} {T_RULE}*", "",
+               "| configuration | seeds | " + " | ".join(claims.columns) + " |", "|---|---:|" + "---:|" * len(claims.columns)]
+        for r in rows:
+            md.append(f"| {r.label} | {_seeds_of(r)} | "
+                      + " | ".join(_seed_cell_md(r.cells.get(c), r.group is None) for c in claims.columns) + " |")
+        md.append("")
+    md += ["## Population vs baseline: paired differences", "",
+           f"*{claims.caption} {bootstrap_rule(claims.n_boot, claims.bootstrap_seed)}*", ""]
+    if claims.comparisons:
+        md += ["| " + " | ".join(PAIRED_HEAD) + " |", "|---|---|---:|---:|---:|---:|---:|---|"]
+        md += ["| " + " | ".join(r) + " |" for r in comparison_rows(claims)]
+    else:
+        md.append("No population configuration to compare (the leaderboard has no population runs).")
+    md += ["", "## pass@k", ""]
+    if claims.figures:
+        md += [f"![pass@k, {FAMILY_TITLES.get(f, f)}](passk-{f}.png)" for f in claims.figures]
+        md += ["", f"*{claims.caption} Lines: mean over seeds; bands: 95% t interval across seeds; best member = the "
+                   "highest member at each k.*"]
+    else:
+        md.append("Greedy evaluation (one sample per item): pass@k for k > 1 needs `populora eval --samples N`.")
+    return md + [""]
+
+
+def claims_html(claims: Claims) -> str:
+    from eval.figures import forest_svg
+
+    parts = []
+    for title, k, rows in claims.seed_tables:
+        tid = "seeds" if k is None else f"seeds-pass{k}"
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in claims.columns)
+        body = []
+        for r in rows:
+            cells = []
+            for c in claims.columns:
+                value, second = _interval_text(r.cells.get(c))
+                second = "" if r.group is None else second  # the base model: no seeds, nothing to say per cell
+                cells.append(f"<td>{value}<span class='ci'>{html.escape(second)}</span></td>" if value else "<td></td>")
+            kind = "base" if r.group is None else ("baseline" if r.group.baseline else "population_mean"
+                                                   if r.stat == "population mean" else "best")
+            seeds = "no training seed" if r.group is None else f"{len(r.group.runs)} seed{'s' if len(r.group.runs) > 1 else ''}"
+            what = "" if r.group is None or (r.group.baseline and r.label == r.config) else f"{r.stat}, "
+            body.append(f"<tr class='{kind}'><td><b>{html.escape(r.config if r.group else r.label)}</b>"
+                        f"<span class='ci'>{html.escape(what + seeds)}</span></td>{''.join(cells)}</tr>")
+        parts.append(f"<h2>Across seeds: {html.escape(title)} in %</h2>")
+        parts.append(f"<table id='{tid}' class='claims'><caption>{html.escape(claims.caption)} {html.escape(T_RULE)}</caption>"
+                     f"<thead><tr><th>configuration</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    parts.append("<h2>Population vs baseline: paired differences</h2>")
+    cap = f"{claims.caption} {bootstrap_rule(claims.n_boot, claims.bootstrap_seed)}"
+    if claims.comparisons:
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>" for r in comparison_rows(claims))
+        parts.append(f"<table id='paired' class='claims'><caption>{html.escape(cap)}</caption><thead><tr>"
+                     + "".join(f"<th>{html.escape(h)}</th>" for h in PAIRED_HEAD) + f"</tr></thead><tbody>{body}</tbody></table>")
+        svg = forest_svg(claims.comparisons)
+        if svg:
+            parts.append(f"<figure class='forest'>{svg}<figcaption>Forest plot of the table above: {html.escape(cap)}"
+                         "</figcaption></figure>")
+    else:
+        parts.append("<p class='note'>No population configuration to compare (no population runs).</p>")
+    parts.append("<h2>pass@k</h2>")
+    if claims.figures:
+        for fam, png in claims.figures.items():
+            parts.append(f"<figure class='passk'><img id='passk-{fam}' alt='pass@k against k, {html.escape(FAMILY_TITLES.get(fam, fam))}' "
+                         f"src='data:image/png;base64,{base64.b64encode(png).decode()}'><figcaption>{html.escape(claims.caption)} "
+                         "Lines: mean over seeds; bands: 95% t interval across seeds; best member = the highest member at "
+                         "each k.</figcaption></figure>")
+    else:
+        parts.append("<p class='note'>Greedy evaluation (one sample per item): pass@k for k &gt; 1 needs "
+                     "<code>populora eval --samples N</code>.</p>")
+    return "\n".join(parts)
+
+
+def write_claims_files(claims: Claims, out: Path) -> dict[str, Path]:
+    """``seeds.csv``, ``paired.csv``, ``passk.csv``, ``claims.json`` and ``passk-<family>.png``."""
+    paths = {"seeds_csv": out / "seeds.csv", "paired_csv": out / "paired.csv", "passk_csv": out / "passk.csv",
+             "claims_json": out / "claims.json"}
+    with open(paths["seeds_csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["metric", "configuration", "statistic", "column", "mean", "ci95 low", "ci95 high", "seeds", "per seed"])
+        for title, _k, rows in claims.seed_tables:
+            for r in rows:
+                for c in claims.columns:
+                    iv = r.cells.get(c)
+                    if iv is not None:
+                        w.writerow([title, r.config, r.stat, c, f"{iv.mean:.6f}", "" if iv.low is None else f"{iv.low:.6f}",
+                                    "" if iv.high is None else f"{iv.high:.6f}", iv.n,
+                                    " ".join(f"{x:.6f}" for x in r.per_seed.get(c, []))])
+    with open(paths["paired_csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["configuration", "baseline", "column", "difference", "ci95 low", "ci95 high", "p", "items", "seeds pop",
+                    "seeds baseline", "replicates", "bootstrap seed", "note"])
+        for c in claims.comparisons:
+            t = c.test
+            w.writerow([c.config, c.baseline, c.column, *(["", "", "", "", "", "", ""] if t is None else
+                        [f"{t.difference:.6f}", f"{t.low:.6f}", f"{t.high:.6f}", f"{t.p_value:.6f}", sum(t.items), t.seeds_a,
+                         t.seeds_b]), claims.n_boot, claims.bootstrap_seed, c.reason])
+    with open(paths["passk_csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["family", "column", "curve", "k", "mean", "ci95 low", "ci95 high", "seeds"])
+        for fam, panels in claims.curves.items():
+            for col, cs in panels.items():
+                for cv in cs:
+                    for k, iv in sorted(cv.points.items()):
+                        w.writerow([fam, col, cv.label, k, f"{iv.mean:.6f}", "" if iv.low is None else f"{iv.low:.6f}",
+                                    "" if iv.high is None else f"{iv.high:.6f}", iv.n])
+    data = {
+        "caption": claims.caption, "columns": claims.columns, "max_k": claims.max_k,
+        "groups": [{"config": g.config, "baseline": g.baseline, "runs": g.runs, "seeds": g.seeds} for g in claims.groups],
+        "seed_tables": [{"metric": title, "k": k, "rows": [
+            {"label": r.label, "config": r.config, "statistic": r.stat, "per_seed": r.per_seed,
+             "cells": {c: None if iv is None else iv.to_json() for c, iv in r.cells.items()}} for r in rows]}
+            for title, k, rows in claims.seed_tables],
+        "paired": {"method": bootstrap_rule(claims.n_boot, claims.bootstrap_seed),
+                   "comparisons": [c.to_json() for c in claims.comparisons]},
+        "passk": {fam: {col: [{"label": cv.label, "kind": cv.kind, "config": cv.config,
+                               "points": {str(k): iv.to_json() for k, iv in sorted(cv.points.items())}} for cv in cs]
+                        for col, cs in panels.items()} for fam, panels in claims.curves.items()},
+    }
+    paths["claims_json"].write_text(json.dumps(data, indent=1) + "\n")
+    for fam, png in claims.figures.items():
+        paths[f"passk_{fam}"] = out / f"passk-{fam}.png"
+        paths[f"passk_{fam}"].write_bytes(png)
+    return paths
+
