@@ -187,7 +187,8 @@ def _remove_attributes() -> list[str]:
     def abc_subclasses(cls):
         if not isinstance(cls, abc.ABCMeta):
             raise TypeError("__subclasses__ is only available on abstract base classes here")
-        return subclasses(cls)
+        return [c for c in subclasses(cls) if not is_capability_module(getattr(c, "__module__", "") or "")
+                and getattr(c, "__module__", None) not in OWN]
 
     abc_subclasses.__name__ = abc_subclasses.__qualname__ = "__subclasses__"
     removed = []
