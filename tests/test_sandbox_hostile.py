@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import json
@@ -19,19 +20,45 @@ from populora.sandbox.results import MAX_DETAIL, is_sandbox_reason
 CORPUS = Path(__file__).parent / "hostile"
 SECRET = "populora-test-secret-7d1f"
 LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_mb=512)
+HONEST_CLI = "def f(xs):\n    return sorted(xs)"
 PWNED_DIRS = ["/tmp", "/var/tmp", "/dev/shm", "/", "/root", os.getcwd(), str(Path(__file__).parents[1])]
+
+
+def headers(source: str) -> dict[str, str]:
+    """The ``# key: value`` lines at the top of a corpus program."""
+    meta = {}
+    for line in source.splitlines():
+        if not line.startswith("# "):
+            break
+        key, _, value = line[2:].partition(": ")
+        meta[key] = value
+    return meta
+
+
+def load_meta() -> dict[str, dict[str, str]]:
+    """Every corpus program's headers, by name."""
+    return {path.stem: headers(path.read_text()) for path in sorted(CORPUS.glob("*.py"))}
+
+
+def alternatives_of(expect: str) -> list[tuple[str, str | None]]:
+    alternatives, status = [], None
+    for alt in expect.split("|"):
+        alt = alt.strip()
+        if " " in alt:
+            status, reason = alt.split(" ", 1)
+        elif alt in STATUSES:
+            status, reason = alt, None
+        else:
+            reason = alt
+        alternatives.append((status, reason))
+    return alternatives
 
 
 def load_corpus() -> list[tuple[str, Program, list[tuple[str, str | None]], list[str] | None]]:
     cases = []
     for path in sorted(CORPUS.glob("*.py")):
         source = path.read_text()
-        meta = {}
-        for line in source.splitlines():
-            if not line.startswith("# "):
-                break
-            key, _, value = line[2:].partition(": ")
-            meta[key] = value
+        meta = headers(source)
         alternatives, status = [], None
         for alt in meta["expect"].split("|"):
             alt = alt.strip()
@@ -140,6 +167,15 @@ def test_hostile_corpus_is_contained(monkeypatch):
             assert is_sandbox_reason(outcome.reason), (name, outcome.reason)
             assert len(outcome.detail) <= MAX_DETAIL and outcome.detail.isprintable(), name
         assert not wrong, "\n".join(wrong)
+        # the programs that say what the runtime strip layer makes of them, run with it (no filter)
+        meta = load_meta()
+        stripped = [(name, dataclasses.replace(program, strip=True), alternatives_of(meta[name]["stripped"]))
+                    for name, program, _, _ in cases if "stripped" in meta[name]]
+        for (name, _, alternatives), outcome in zip(stripped, sb.run_many([p for _, p, _ in stripped])):
+            if not matches(outcome, alternatives):
+                wrong.append(f"{name} (stripped): got {outcome.status}/{outcome.reason} ({outcome.detail})")
+        assert not wrong, "\n".join(wrong)
+        assert len(stripped) >= 10
         # bounded time: 2 lanes, every timeout costs at most about the wall limit
         n_timeouts = sum(o.status == "timeout" for o in outcomes)
         assert elapsed < (n_timeouts * LIMITS.wall_seconds) / 2 + 30
@@ -161,10 +197,17 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
     import subprocess
     import sys
 
-    rows = [
-        {"program": program.source, "input": program.calls[0], "type": "code_o"}
-        for _, program, _, _ in load_corpus()
-    ]
+    meta = load_meta()
+    rows, names = [], []
+    for name, program, _, _ in load_corpus():
+        if meta[name].get("task") == "code_f":
+            rows.append({"program": program.source, "inputs": list(program.calls), "type": "code_f",
+                         "message": "a hostile program"})
+        else:
+            rows.append({"program": program.source, "input": program.calls[0], "type": "code_o"})
+        names.append(name)
+        rows.append({"program": HONEST_CLI, "input": "[3, 1, 2]", "type": "code_o"})  # after each attack
+        names.append("honest")
     corpus = tmp_path / "hostile.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "results.jsonl"
@@ -192,10 +235,44 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
     assert [r["line"] for r in results] == list(range(1, len(rows) + 1))
     assert all(isinstance(r["valid"], bool) for r in results)
     # the issue-13 item-7 spellings: contained by the sandbox alone (the corpus test), and rejected
-    # by the AST filter before they run
-    names = [name for name, _, _, _ in load_corpus()]
+    # by the AST filter before they run; issue 32's families: each with the reason it says, or at
+    # least never a task; and every honest program after an attack is a valid task
     for name, r in zip(names, results):
-        if name.startswith("filter_"):
+        if name == "honest":
+            assert r["valid"] is True, r
+        elif name.startswith("filter_"):
             assert r["valid"] is False and str(r["reason"]).startswith("banned:"), (name, r)
+        if name in meta and "filter" in meta[name]:
+            assert r["reason"] == meta[name]["filter"], (name, r)
+        if name in meta and "validate" in meta[name]:
+            assert r["valid"] is False, (name, r)
     assert not pwned_files()
     assert processes_mentioning(str(tmp_path)) == []
+
+
+@pytest.mark.slow
+def test_determinism_families_through_validation_alone(monkeypatch):
+    """issue 32's determinism families through the validator with the AST check switched off and no
+    strip layer (the sandbox and the determinism check alone), each followed by honest proposals
+    on the same sandbox that must all be valid tasks."""
+    if isolation_mode() != "full":
+        pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
+    from populora.tasks import programs, validation
+    from populora.tasks.config import TaskEnv
+    from populora.tasks.records import Proposal
+
+    monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
+    meta = load_meta()
+    env = TaskEnv(strip=False)
+    honest = [Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",)) for i in range(3)]
+    cases = [(name, program) for name, program, _, _ in load_corpus() if "validate" in meta[name]]
+    assert len(cases) >= 4
+    with Sandbox(limits=LIMITS, workers=2) as sb:
+        for step, (name, program) in enumerate(cases, start=1):
+            task = meta[name].get("task", "code_o")
+            inputs = program.calls if task == "code_f" else program.calls[:1]
+            attack = Proposal(type=task, program=program.source, inputs=inputs, message="m", step=step)
+            verdicts = validation.validate_many([attack, *honest], sb, env)
+            allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
+            assert not verdicts[0].valid and verdicts[0].reason in allowed, (name, verdicts[0])
+            assert all(v.valid for v in verdicts[1:]), (name, verdicts[1:])
