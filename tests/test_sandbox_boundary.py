@@ -359,3 +359,50 @@ def test_replicas_cannot_agree_on_a_random_value(monkeypatch, without):
         expected = "runtime_error:PermissionError" if not without else "nondeterministic"
         assert {v.reason for v in verdicts} == {expected}
         assert_honest_after(box, 5)
+
+
+# --- issue 32, item 6: what one program leaves in the kernel is not the next one's ----------------
+INFLIGHT_GARBAGE = """
+import array, os, socket
+def f(x):
+    sent, error = 0, 0
+    try:
+        for _ in range(200):   # each pair sends both its ends over itself, then closes them: garbage
+            a, b = socket.socketpair()
+            fds = array.array('i', [a.fileno(), b.fileno()])
+            a.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            sent += 2
+            a.close()
+            b.close()
+    except OSError as e:
+        error = e.errno
+    return [os.getuid(), sent, error]
+"""
+SEND_ONE = """
+import array, os, socket
+def f(x):
+    a, b = socket.socketpair()
+    try:
+        a.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [a.fileno()]))])
+        return [os.getuid(), 0]
+    except OSError as e:
+        return [os.getuid(), e.errno]
+"""
+
+
+@pytest.mark.slow
+def test_descriptors_in_flight_left_by_one_program_are_not_the_next_ones():
+    """Without the filter (which refuses sockets), a program fills its user's count of descriptors
+    in flight with unix-socket garbage; the next program on the same fork server runs as another
+    uid, so its own descriptors still go through (the kernel counts in-flight ones per user)."""
+    needs_full()
+    with Sandbox(limits=LIMITS, workers=1, without=("seccomp",)) as box:
+        garbage, probe = box.run_many([Program(INFLIGHT_GARBAGE, calls=("0",)), Program(SEND_ONE, calls=("0",))])
+        uid_a, sent, error = eval(garbage.values[0])
+        uid_b, probe_error = eval(probe.values[0])
+        assert sent >= 64 and error == 109, garbage.values  # ETOOMANYREFS: the user's count is full
+        assert uid_b != uid_a and probe_error == 0, (uid_a, uid_b, probe_error)
+        assert_honest_after(box, 5)
+    with Sandbox(limits=LIMITS, workers=1) as box:  # with the filter there is no socket at all
+        out = box.run(Program(INFLIGHT_GARBAGE, calls=("0",)))
+        assert eval(out.values[0])[1:] == [0, 1], out

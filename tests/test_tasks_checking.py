@@ -168,3 +168,61 @@ def test_hostile_student_program_is_contained(sandbox, tmp_path):
     (j,) = check_many([(F_TASK, ans("python", evil))], sandbox, ENV)
     assert not j.correct and j.reason == "banned:open"
     assert not os.path.exists(marker)
+
+
+# --- issue 32, item 2: the check's re-run trusts no outcome a program can choose --------------------
+def rerun_task(tid: str, program: str, output: str = "1") -> Task:
+    return Task(id=tid, type=CODE_O, program=program, input="1", output=output, step=7)
+
+
+CHOSEN = {  # each program's re-run ends in an outcome it chose; validation had seen output 1
+    "memory": "def f(x):\n    raise MemoryError",
+    "cpu": "def f(x):\n    while True:\n        x += 1",
+    "exit": "def f(x):\n    raise SystemExit(0)",
+    "exit_code": "import os\ndef f(x):\n    os._exit(121)",  # the code of a failed setup, forged
+    "stall": "import time\ndef f(x):\n    time.sleep(60)",
+    "lying_repr": ("class L(str):\n    def __len__(self):\n        return 1\nclass B:\n"
+                   "    def __repr__(self):\n        return L('1' * 3_000_000)\ndef f(x):\n    return B()"),
+    "signal": "import os, signal\ndef f(x):\n    os.kill(os.getpid(), signal.SIGSEGV)",
+}
+
+
+def test_a_rerun_outcome_the_program_chose_makes_the_task_nondeterministic():
+    from populora.tasks.checking import check_and_rerun
+
+    env = ENV.replace(strip=False)  # os, time and signal for the programs (the AST check is not run here)
+    tasks = [rerun_task(name, program) for name, program in CHOSEN.items()]
+    honest = rerun_task("honest", "def f(x):\n    return x")
+    with Sandbox(limits=SandboxLimits(wall_seconds=1.0, cpu_seconds=1), workers=2) as sb:
+        _, changed = check_and_rerun([], [*tasks, honest], sb, env)
+    assert changed == set(CHOSEN), changed ^ set(CHOSEN)
+
+
+def test_the_rerun_runs_under_its_own_seed_stripped_and_in_a_drawn_order(sandbox):
+    from populora.tasks.checking import check_and_rerun
+    from populora.tasks.determinism import replica_seed
+
+    seen = []
+
+    class Recording:
+        hash_seed = sandbox.hash_seed
+
+        def run_many(self, programs):
+            seen.extend(programs)
+            return sandbox.run_many(programs)
+
+    f_task = Task(**{**F_TASK.to_json(), "step": 9})
+    _, changed = check_and_rerun([], [f_task, rerun_task("o", "def f(x):\n    return x")], Recording(), ENV)
+    assert changed == frozenset()
+    assert {p.hash_seed for p in seen} == {replica_seed(sandbox.hash_seed, 9, max(ENV.replicas) + 1)}
+    assert all(p.strip for p in seen)
+    assert sorted(seen[0].calls) == sorted(F_TASK.inputs) and seen[0].calls != F_TASK.inputs
+
+
+def test_only_a_starved_timeout_is_the_hosts():
+    from populora.sandbox.results import starved
+
+    assert starved({"nvcsw": 0, "cpu": 0.4}, 1.0)  # runnable all along, half the time on a CPU
+    assert not starved({"nvcsw": 1, "cpu": 0.0}, 1.0)  # it slept, or waited on a pipe: its choice
+    assert not starved({"nvcsw": 0, "cpu": 0.9}, 1.0)  # it computed past the limit
+    assert not starved({"cpu": 0.1}, 1.0)  # nothing proven
