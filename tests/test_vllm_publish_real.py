@@ -87,14 +87,12 @@ def test_a_stale_version_is_caught(be, monkeypatch):
 
 
 def test_an_adapter_applied_twice_is_caught(be, monkeypatch):
-    real = VLLMEngine.publish
+    real = VLLMEngine.publish_many
 
-    def twice(self, name, weights):
-        if name == "t0":
-            weights = weights.map(lambda m, a, b: (a, 2 * b))  # the LoRA term added twice
-        return real(self, name, weights)
+    def twice(self, items):  # the LoRA term of t0 added twice
+        return real(self, [(n, w.map(lambda m, a, b: (a, 2 * b)) if n == "t0" else w) for n, w in items])
 
-    monkeypatch.setattr(VLLMEngine, "publish", twice)
+    monkeypatch.setattr(VLLMEngine, "publish_many", twice)
     _update(be)
     be.publish()
     with pytest.raises(ServedMismatch, match=MISMATCH):
@@ -104,12 +102,12 @@ def test_an_adapter_applied_twice_is_caught(be, monkeypatch):
 
 
 def test_another_members_weights_are_caught(be, monkeypatch):
-    real = VLLMEngine.publish
+    real = VLLMEngine.publish_many
 
-    def swapped(self, name, weights):
-        return real(self, name, be.get_weights("t1") if name == "t0" else weights)
+    def swapped(self, items):
+        return real(self, [(n, be.get_weights("t1") if n == "t0" else w) for n, w in items])
 
-    monkeypatch.setattr(VLLMEngine, "publish", swapped)
+    monkeypatch.setattr(VLLMEngine, "publish_many", swapped)
     _update(be)
     be.publish()
     with pytest.raises(ServedMismatch, match=MISMATCH):
@@ -124,20 +122,20 @@ def test_a_broken_publish_stops_the_run_with_one_line_and_the_last_checkpoint_in
     from populora.selfplay.loop import SelfPlay
     from populora.selfplay.runner import train
 
-    real_step, real_publish = SelfPlay.step, VLLMEngine.publish
+    real_step, real_publish = SelfPlay.step, VLLMEngine.publish_many
     state = {"step": 0}
 
     def step(self, n):
         state["step"] = n
         return real_step(self, n)
 
-    def broken_at_step_2(self, name, weights):  # from step 2 on, every member is served twice its LoRA term
+    def broken_at_step_2(self, items):  # from step 2 on, every member is served twice its LoRA term
         if state["step"] >= 2:
-            weights = weights.map(lambda m, a, b: (a, 2 * b))
-        return real_publish(self, name, weights)
+            items = [(n, w.map(lambda m, a, b: (a, 2 * b))) for n, w in items]
+        return real_publish(self, items)
 
     monkeypatch.setattr(SelfPlay, "step", step)
-    monkeypatch.setattr(VLLMEngine, "publish", broken_at_step_2)
+    monkeypatch.setattr(VLLMEngine, "publish_many", broken_at_step_2)
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm-cache"))
     rd = tmp_path / "run"
     with pytest.raises(ServedMismatch) as caught:

@@ -54,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the batch of the self-play distribution)")
     p.add_argument("--fused-lengths", default="64+512", help="P+N: longest prompt and completion (paper regime)")
     p.add_argument("--fused-micro-batch", type=int, default=4, help="policy.train_micro_batch of the comparison")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="policy.gradient_checkpointing in the fused comparison (needed for a 7B's long rows on a GPU)")
     p.add_argument("--selfplay-config", default=str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"),
                    help="preset whose first step's training batches are the second distribution ('' = skip it)")
 
@@ -240,6 +242,7 @@ def bench_fused(model: str, distribution: str, batches: list[list], prompt_token
     from populora.rl.update import accumulate_gradients, advantages_of
 
     spec = {"model": model, "device": args.device, "cpu_threads": args.threads,
+            "gradient_checkpointing": args.gradient_checkpointing,
             "lora": {"rank": args.rank, "alpha": 2 * args.rank, "b_std": 0.02}}
     be = make_backend(spec)
     names = [f"m{i}" for i in range(len(batches))]
@@ -323,17 +326,17 @@ def print_fused(results: list[dict], args: argparse.Namespace) -> None:
 
 def run_fused(args: argparse.Namespace) -> None:
     """The fused comparison on the paper's regime, then on a tiny self-play step's sequences."""
-    import torch
+    from transformers import AutoTokenizer
 
-    from populora.policy import make_backend
+    from populora.policy.models import resolve_model
+    from populora.policy.models.shapes import SHAPES
+    from populora.policy.models.tiny import prepare_tiny
 
     model = args.fused_model
-    probe = make_backend({"model": model, "device": args.device, "cpu_threads": args.threads})
-    vocab = min(len(probe.tokenizer), probe.base.config.vocab_size)
-    probe.close()
-    del probe
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if model in SHAPES or model == "tiny":  # random-init shapes pair with the tiny tokenizer
+        vocab = len(AutoTokenizer.from_pretrained(prepare_tiny(0)))
+    else:
+        vocab = len(AutoTokenizer.from_pretrained(resolve_model(model)))
     n_prompt, n_new = (int(x) for x in args.fused_lengths.split("+"))
     paper = [variable_batch(vocab, args.fused_sequences, n_prompt, n_new, seed=1000 + i)
              for i in range(args.fused_members)]

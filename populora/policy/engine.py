@@ -123,6 +123,11 @@ class GenerationEngine(ABC):
     def publish(self, name: str, weights: AdapterWeights) -> None:
         """From the next ``generate`` on, requests for ``name`` use ``weights``."""
 
+    def publish_many(self, items: Sequence[tuple[str, AdapterWeights]]) -> None:
+        """``publish`` of every ``(name, weights)``; an engine may overlap them (default: one by one)."""
+        for name, weights in items:
+            self.publish(name, weights)
+
     @abstractmethod
     def retire(self, name: str) -> None:
         """``name`` is gone: free what the engine holds for it."""
@@ -131,10 +136,11 @@ class GenerationEngine(ABC):
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
         """All requests (mixed adapters) in as few batched passes as the engine can."""
 
-    def score(self, name: str, prompt_ids: Sequence[Sequence[int]],
+    def score(self, adapters: Sequence[str], prompt_ids: Sequence[Sequence[int]],
               completion_ids: Sequence[Sequence[int]]) -> list[list[float]] | None:
-        """Per-token log-probabilities of each completion after its prompt under the version of ``name``
-        the engine serves now, as ``completion_logprobs`` gives them; ``None`` when the engine generates
+        """Per-token log-probabilities of each completion after its prompt under the version of its row's
+        adapter (``adapters[i]``) the engine serves now, as ``completion_logprobs`` gives them, all rows in
+        as few passes as the engine can; ``None`` when the engine generates
         with the trainer's own weights (``shares_trainer_weights``: nothing to compare). The check that
         the engine serves what the trainer trained (``backend.Policy.publish``) compares the two."""
         return None

@@ -9,8 +9,10 @@ version is retired (its id is removed from the engine and its files deleted).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,19 @@ from pathlib import Path
 from populora.policy.adapters import AdapterWeights
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+SHM_MIN_FREE_GIB = 4.0  # ours: 8 members of a 7B at rank 32 in bf16 take 1.3 GB per version
+
+
+def default_adapter_root() -> str | None:
+    """``/dev/shm`` when it exists and has ``SHM_MIN_FREE_GIB`` free (a container's default 64 MiB does
+    not), else ``None`` (``$TMPDIR``): published versions are written and read back at once, and a
+    memory-backed directory keeps them off a possibly networked or slow disk."""
+    try:
+        if os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE_GIB * 2**30:
+            return "/dev/shm"
+    except OSError:
+        pass
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,7 @@ class LoraRegistry:
         self._current: dict[str, PublishedAdapter] = {}
         self._versions: dict[str, int] = {}  # survives retirement: a re-added member gets a fresh name
         self._next_id = 1  # vLLM requires lora_int_id > 0
+        self._lock = threading.Lock()  # publish may run on several threads (VLLMEngine.publish_many)
 
     def __contains__(self, member: str) -> bool:
         return member in self._current
@@ -58,15 +74,18 @@ class LoraRegistry:
 
         The caller removes the retired version from the engine and then calls ``delete_files``.
         """
-        version = self._versions.get(member, 0) + 1
-        self._versions[member] = version
-        lora_name = f"{member}@v{version}"
-        path = self.root / _SAFE.sub("_", lora_name)
-        weights.save_peft(path, base_model_name_or_path=self.base_model_name)
-        new = PublishedAdapter(member, version, lora_name, self._next_id, path)
-        self._next_id += 1
-        old = self._current.get(member)
-        self._current[member] = new
+        with self._lock:
+            version = self._versions.get(member, 0) + 1
+            self._versions[member] = version
+            lora_name = f"{member}@v{version}"
+            path = self.root / _SAFE.sub("_", lora_name)
+            lora_int_id = self._next_id
+            self._next_id += 1
+        weights.save_peft(path, base_model_name_or_path=self.base_model_name)  # outside the lock: in parallel
+        new = PublishedAdapter(member, version, lora_name, lora_int_id, path)
+        with self._lock:
+            old = self._current.get(member)
+            self._current[member] = new
         return new, old
 
     def retire(self, member: str) -> PublishedAdapter:

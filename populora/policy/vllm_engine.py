@@ -43,10 +43,12 @@ vLLM is imported only when the engine is built, so this module imports without i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import math
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -62,7 +64,7 @@ from populora.policy.engine import EngineContext, EngineFailure, GenerationEngin
 from populora.policy.engine_memory import EngineMemory, Knob
 from populora.policy.engine_watch import SHUTDOWN_SECONDS, EngineWatch, first_line
 from populora.policy.validation import PolicyConfigError, need
-from populora.policy.vllm_adapters import LoraRegistry, PublishedAdapter, sampling_seeds
+from populora.policy.vllm_adapters import LoraRegistry, PublishedAdapter, default_adapter_root, sampling_seeds
 from populora.policy.vllm_launch import (
     VLLMEngineError,
     engine_dtype,
@@ -84,6 +86,7 @@ if TYPE_CHECKING:  # config.py imports this module
 DEFAULT_NEW_TOKENS = 4096  # for max_model_len when nothing says how long completions may be
 FINISH_REASONS = {"stop": "stop", "length": "length"}  # anything else ("abort", None) is "abort"
 BASE_ADAPTER = "__base__"  # the all-zero adapter that serves base-model rows on CPU (module docstring)
+PUBLISH_THREADS = 8  # ours: writer threads of one publish (one per member up to 8: the measured case)
 CPU_LOGPROB_TOLERANCE = 1e-3  # nats per token, mean over the check tokens (VLLMEngine.tolerance)
 CUDA_LOGPROB_TOLERANCE = 5e-2
 
@@ -100,7 +103,9 @@ class VLLMConfig:
     max_loras: int = 0  # LoRA slots on the GPU; 0 = number of adapters at the first generate
     max_cpu_loras: int = 0  # LoRA cache in host memory; 0 = 2 x max_loras
     sleep_between_phases: bool = False  # offload the engine (sleep level 1) while the trainer runs
-    adapter_dir: str = ""  # where adapter versions are written; "" = a fresh directory under $TMPDIR
+    # where adapter versions are written; "" = a fresh directory in /dev/shm (memory-backed) when it has
+    # 4 GiB free, else under $TMPDIR (vllm_adapters.default_adapter_root); removed when the engine closes
+    adapter_dir: str = ""
     enforce_eager: bool = False  # no CUDA graphs (slower decoding, less memory, faster start)
     # one seed per request: reproducible rollouts for a given batch, but vLLM's slower per-request
     # sampling path; off (ours): vLLM is not batch-invariant, so seeds do not make runs repeat on GPU
@@ -180,7 +185,11 @@ class VLLMEngine(GenerationEngine):
             raise VLLMEngineError(f"policy.engine=vllm: the installed vLLM reports platform {self.platform!r}; "
                                   "this engine supports cuda and cpu (vLLM's CPU build)")
         v = config.vllm
-        root = Path(v.adapter_dir) if v.adapter_dir else Path(tempfile.mkdtemp(prefix="populora-lora-"))
+        root = Path(v.adapter_dir) if v.adapter_dir else Path(tempfile.mkdtemp(prefix="populora-lora-",
+                                                                                 dir=default_adapter_root()))
+        self._own_root = None if v.adapter_dir else root  # deleted at close (in /dev/shm it is RAM)
+        if self._own_root is not None:
+            atexit.register(shutil.rmtree, root, True)  # also when the process exits without close()
         self.registry = LoraRegistry(root, base_model_name=config.model)
         self.max_model_len = model_len(config, max_new_tokens or DEFAULT_NEW_TOKENS)
         self.base_via_zero_adapter = self.platform == "cpu"  # the CPU base-row bug (module docstring)
@@ -250,16 +259,29 @@ class VLLMEngine(GenerationEngine):
 
     # -- adapters -----------------------------------------------------------------------------------
     def publish(self, name: str, weights: AdapterWeights) -> None:
-        """Write the new version (``vllm_adapters.py``), drop the old one, and, once the engine runs, have it
-        load the new one now (``add_lora``): the publish phase then holds the whole cost, from the trainer's
-        weights to the engine serving them, instead of the next generate's first batch."""
-        new, old = self.registry.publish(name, weights.to(engine_dtype(self.config, self.platform)))
-        if old is not None:
-            self._unload(old)
-        if self._llm is not None:
-            from vllm.lora.request import LoRARequest
+        self.publish_many([(name, weights)])
 
-            self.watch.call(self._llm.llm_engine.add_lora, LoRARequest(new.lora_name, new.lora_int_id, str(new.path)))
+    def publish_many(self, items) -> None:
+        """Write each new version (``vllm_adapters.py``; the members' files on parallel threads: file writes
+        release the GIL, measured 1.4-1.9x faster than one after another for 8 adapters of a 7B), then drop
+        each old version and, once the engine runs, have it load the new one now (``add_lora``): the publish
+        phase then holds the whole cost, from the trainer's weights to the engine serving them, instead of
+        the next generate's first batch."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        dtype = engine_dtype(self.config, self.platform)
+        if len(items) > 1:
+            with ThreadPoolExecutor(min(len(items), PUBLISH_THREADS), thread_name_prefix="vllm-publish") as pool:
+                done = list(pool.map(lambda item: self.registry.publish(item[0], item[1].to(dtype)), items))
+        else:
+            done = [self.registry.publish(name, weights.to(dtype)) for name, weights in items]
+        for new, old in done:
+            if old is not None:
+                self._unload(old)
+            if self._llm is not None:
+                from vllm.lora.request import LoRARequest
+
+                self.watch.call(self._llm.llm_engine.add_lora, LoRARequest(new.lora_name, new.lora_int_id, str(new.path)))
 
     def retire(self, name: str) -> None:
         if name in self.registry:
@@ -292,23 +314,23 @@ class VLLMEngine(GenerationEngine):
         between two kernels by ~1e-2 relative, so a mean over the check tokens stays well under it."""
         return CPU_LOGPROB_TOLERANCE if self.platform == "cpu" else CUDA_LOGPROB_TOLERANCE
 
-    def score(self, name: str, prompt_ids, completion_ids) -> list[list[float]]:
+    def score(self, adapters, prompt_ids, completion_ids) -> list[list[float]]:
         """vLLM's own log-probabilities of each completion token (``prompt_logprobs`` of prompt + completion,
-        one token generated and dropped) under the version of ``name`` it serves now. vLLM does not read its
-        prefix cache for requests with prompt log-probabilities: every token is computed under the adapter."""
+        one token generated and dropped) under the version of its row's adapter it serves now, every row in
+        one ``generate``. vLLM does not read its prefix cache for requests with prompt log-probabilities:
+        every token is computed under the adapter."""
         from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.lora.request import LoRARequest
 
         llm = self.llm
         self.watch.check()
-        route = self.registry.current(name)
-        lora = LoRARequest(route.lora_name, route.lora_int_id, str(route.path))
+        loras = [LoRARequest(r.lora_name, r.lora_int_id, str(r.path)) for r in self.registry.route(list(adapters))]
         params = VSamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
         self.wake()
         outputs = self.watch.call(llm.generate, [TokensPrompt(prompt_token_ids=list(p) + list(c))
                                                  for p, c in zip(prompt_ids, completion_ids)],
-                                  sampling_params=params, lora_request=[lora] * len(prompt_ids), use_tqdm=False)
+                                  sampling_params=params, lora_request=loras, use_tqdm=False)
         scored = []
         for out, p, c in zip(outputs, prompt_ids, completion_ids):
             steps = out.prompt_logprobs or []
@@ -365,6 +387,8 @@ class VLLMEngine(GenerationEngine):
         return results
 
     def close(self) -> None:
+        if self._own_root is not None:
+            shutil.rmtree(self._own_root, ignore_errors=True)
         llm, self._llm = self._llm, None
         if llm is not None:
             # vLLM's own shutdown (it stops its processes); bounded: a half-dead engine may not answer
