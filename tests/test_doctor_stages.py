@@ -174,3 +174,25 @@ def test_the_step_stage_takes_the_fewest_sequences_both_arms_accept():
     assert step_sequences(3, 3, 0.5, 6) == 6
     n = step_sequences(3, 4, 0.5, 96)
     assert n == 24 and round(n * 0.5) % 3 == 0 and (n - round(n * 0.5)) % 4 == 0
+
+
+def test_the_baseline_agent_trains_on_the_doctors_batch():
+    """The single agent's batch alternates roles; its student attempts come in groups of one prompt, so
+    the per-prompt student estimator has something to centre (the first GPU run found this failing)."""
+    from populora.doctor.run import preset_config
+    from populora.doctor.training import build_trainer, member_batch, run_training
+
+    rows = member_batch("both", 4, 8, 4, 100, seed=0)
+    students = [s for s in rows if s.role == "student"]
+    assert [s.role for s in rows] == ["teacher", "student"] * 2
+    assert students[0].prompt_ids == students[1].prompt_ids and {s.reward for s in students} == {0.0, 1.0}
+    assert rows[0].prompt_ids != rows[2].prompt_ids  # each proposal has a prompt of its own
+    cfg = preset_config(str(REPO / "configs" / "tiny.yaml"), ("population.baseline=true", "population.teachers=1",
+                        "population.students=1", "policy.max_prompt_tokens=64", "policy.train_micro_batch=4"), "cpu")
+    trainer = build_trainer(cfg, "cpu")
+    try:
+        result = run_training(trainer)
+    finally:
+        trainer.release()
+    assert result.error is None and [u.role for u in result.updates] == ["both"]
+    assert result.warmup.loss is None and result.updates[0].grad_norm > 0

@@ -80,8 +80,8 @@ class MemberUpdate:
     sequences: int
     tokens: int  # prompt + completion tokens of the micro-batch
     seconds: float | None  # wall time of its update; None when members share passes (the step's time)
-    loss: float
-    grad_norm: float
+    loss: float | None  # None for the warm-up (one short sequence per member: no loss worth reading)
+    grad_norm: float | None
 
     @property
     def tokens_per_s(self) -> float | None:

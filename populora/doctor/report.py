@@ -155,7 +155,7 @@ def _training(p: PresetReport) -> list[str]:
                   "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         for u in t.updates:
             lines.append(f"| {u.member} | {u.role} | {u.tokens} | {_num(u.seconds)} | {_num(u.tokens_per_s, '.0f')} | "
-                         f"{u.loss:.4g} | {u.grad_norm:.3g} |")
+                         f"{_num(u.loss, '.4g')} | {_num(u.grad_norm, '.3g')} |")
         lines.append(f"\ntimed step: {_num(t.step_seconds)} s, {_num(t.tokens_per_s, '.0f')} tokens/s over all members "
                      "(prompt + completion tokens; forward, backward, optimizer steps)")
     if t.per_member_bytes is not None:

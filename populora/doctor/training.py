@@ -75,14 +75,22 @@ def member_batch(role: str, rows: int, prompt_tokens: int, completion_tokens: in
     g = torch.Generator().manual_seed(seed)
     lp = -math.log(vocab)
     out = []
+    prompts: dict[str, list[int]] = {}
+    counts = {"teacher": 0, "student": 0}
     for i in range(rows):
         r = role if role != "both" else ("teacher", "student")[i % 2]
+        k = counts[r]
+        counts[r] += 1
+        # a teacher's proposal has a prompt of its own; a student's attempts come in groups of two
+        # rollouts of one prompt (the same prompt ids), one rewarded, one not, as per-prompt
+        # estimators need
+        group = f"{r[0]}{k if r == 'teacher' else k // 2}"
+        if group not in prompts:
+            prompts[group] = torch.randint(10, vocab, (prompt_tokens,), generator=g).tolist()
         out.append(Seq(
-            role=r, task_type=task_type,
-            prompt_ids=torch.randint(10, vocab, (prompt_tokens,), generator=g).tolist(),
+            role=r, task_type=task_type, prompt_ids=prompts[group],
             completion_ids=torch.randint(10, vocab, (completion_tokens,), generator=g).tolist(),
-            logprobs=[lp] * completion_tokens, reward=float(i % 2),
-            prompt_group=f"p{i}" if r == "teacher" else f"p{i // 2}",
+            logprobs=[lp] * completion_tokens, reward=float(k % 2), prompt_group=group,
         ))
     return out
 
@@ -261,7 +269,7 @@ def run_training(trainer: Trainer) -> TrainingResult:
         sync()
         warm_s = time.perf_counter() - t0
         warm = MemberUpdate("every member", "warm-up", len(roster), len(roster) * sum(WARMUP_TOKENS), warm_s,
-                            float("nan"), float("nan"))
+                            None, None)
         if on_cuda:
             memory.append(Measure("adapters_optimizer", float(torch.cuda.memory_allocated() - trainer.resident_start),
                                   "torch.cuda.memory_allocated after adding every adapter and one (warm-up) update "
@@ -279,7 +287,7 @@ def run_training(trainer: Trainer) -> TrainingResult:
         each = seconds if strategy == "sequential" and len(roster) == 1 else None
         for (name, role), st in zip(roster, stats):
             updates.append(MemberUpdate(name, role, rows, rows * (prompt_tokens + completion_tokens), each,
-                                        float(st["loss/total"]), float(st.get("grad_norm", float("nan")))))
+                                        float(st["loss/total"]), st.get("grad_norm")))
         step_s = seconds
         if on_cuda:
             memory.append(Measure("training_step", float(step), "torch.cuda.max_memory_allocated during the timed "

@@ -45,7 +45,10 @@ GIB = float(1 << 30)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 # -- estimates (ours), not measured here ----------------------------------------------------------
-CUDA_CONTEXT_GIB = 0.5  # one CUDA context + cuBLAS workspaces per process (typical on H100, CUDA 12)
+# one CUDA context with the kernels a training step loads, and the library workspaces held outside
+# torch's allocator, per process: measured 0.753 and 0.766 GiB by `populora doctor` on an H200 (torch
+# 2.11 + CUDA 13.0, driver 580; docs/benchmarks/gpu.md), against the 0.5 assumed before (1.5x)
+CUDA_CONTEXT_GIB = 0.77
 DEFAULT_MIN_HEADROOM = 0.10  # fraction of the GPU left free: allocator fragmentation, unmodelled buffers
 
 
