@@ -11,7 +11,9 @@ validation benchmark is ``populora bench executor``; this one isolates the execu
 ``--layers`` measures what each isolation layer costs per execution: one lane runs the same small
 program with every layer, then with each layer left out (``Sandbox(without=...)``), in alternating
 rounds, best round kept (wall time, and CPU time of the fork server and its children, the steadier
-figure on a shared machine); the difference is that layer's cost.
+figure on a shared machine); the difference is that layer's cost. The runtime strip layer
+(``strip.py``), a property of the program rather than of the sandbox, is measured the same way:
+the "all" rows run the program stripped, as task programs run, and "without strip" plain.
 """
 
 from __future__ import annotations
@@ -92,34 +94,43 @@ def cpu_breakdown(n: int) -> dict[str, float]:
     }
 
 
-def _server_pid(box: Sandbox) -> int:
-    (pid,) = box.server_pids()
-    if box.mode == "full":  # the process we started only waits; the server is its one child
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            pid = int(fh.read().split()[0])
-    return pid
+def _server_pids(box: Sandbox) -> list[int]:
+    out = []
+    for pid in box.server_pids():
+        if box.mode == "full":  # the process we started only waits; the server is its one child
+            with open(f"/proc/{pid}/task/{pid}/children") as fh:
+                pid = int(fh.read().split()[0])
+        out.append(pid)
+    return out
 
 
 def layer_costs(n: int = 400, rounds: int = 7) -> dict[str, tuple[float, float]]:
     """Per execution on one lane, best of ``rounds`` alternating rounds: (wall ms, CPU ms of the
     fork server and its children), with every layer (``"all"``) and with each of ``LAYERS`` left
     out (``"without <layer>"``). CPU time is the steadier figure on a shared machine."""
-    programs = [Program("def f(a):\n    return sorted(a)", calls=("[3, 1, 2]",)) for _ in range(n)]
-    configs = {"all": ()} | {f"without {layer}": (layer,) for layer in LAYERS}
-    boxes = {name: Sandbox(workers=1, without=without) for name, without in configs.items()}
+    plain = [Program("def f(a):\n    return sorted(a)", calls=("[3, 1, 2]",)) for _ in range(n)]
+    stripped = [Program(p.source, calls=p.calls, strip=True) for p in plain]
+    configs = {"all": ((), True)} | {f"without {layer}": ((layer,), True) for layer in LAYERS}
+    configs["without strip"] = ((), False)
+    boxes = {name: Sandbox(workers=1, without=without) for name, (without, _) in configs.items()}
     best = {name: (float("inf"), float("inf")) for name in configs}
+
+    def cpu_of(pids: list[int]) -> float:
+        return sum(sum(_cpu_seconds(pid)) for pid in pids)
+
     try:
         pids = {}
         for name, box in boxes.items():
-            box.run_many(programs[:20])  # warm
-            pids[name] = _server_pid(box)
+            box.run_many((stripped if configs[name][1] else plain)[:20])  # warm
+            pids[name] = _server_pids(box)
         for _ in range(rounds):
             for name, box in boxes.items():
-                cpu0 = sum(_cpu_seconds(pids[name]))
+                programs = stripped if configs[name][1] else plain
+                cpu0 = cpu_of(pids[name])
                 start = time.perf_counter()
                 outs = box.run_many(programs)
                 wall = 1000 * (time.perf_counter() - start) / n
-                cpu = 1000 * (sum(_cpu_seconds(pids[name])) - cpu0) / n
+                cpu = 1000 * (cpu_of(pids[name]) - cpu0) / n
                 best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
                 if not all(o.ok for o in outs):
                     raise RuntimeError(f"{name}: {[o.reason for o in outs if not o.ok][:3]}")
@@ -237,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         costs = layer_costs()
         wall, cpu = costs["all"]
         print(f"per execution, one lane, best of 7 x 400: all layers {wall:.3f} ms wall, {cpu:.3f} ms CPU")
-        for layer in LAYERS:
+        for layer in (*LAYERS, "strip"):
             w, c = costs[f"without {layer}"]
             print(
                 f"  {layer:<14} costs {wall - w:+.3f} ms wall, {cpu - c:+.3f} ms CPU (without it: {w:.3f} / {c:.3f})"
