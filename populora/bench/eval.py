@@ -1,5 +1,6 @@
-"""`populora bench eval`: evaluation generation (one engine vs one engine per adapter) and scoring
-(`populora score` vs EvalPlus's own `python -m evalplus.evaluate`).
+"""`populora bench eval`: evaluation generation (one engine vs one engine per adapter), sampled
+evaluation (N samples per item in one pass vs N greedy passes) and scoring (`populora score` vs
+EvalPlus's own `python -m evalplus.evaluate`).
 
 Generation, side by side in one run, on the same adapters (freshly initialised, random B), the same HumanEval+
 items and the same greedy budget:
@@ -13,6 +14,20 @@ Both timings include engine start-up. Wall-clock time is what a user waits; the 
 (all threads) is printed too because it is less sensitive to other load on a shared machine. Prints seconds, completions/s, the ratio, and how many
 completions agree token for token between the two (greedy decoding: they should, up to numerical
 differences of batched padding).
+
+Sampling, side by side in one run, on one engine (started once, before timing; its
+``max_batch_size`` holds every row of the sampled pass, the same engine serves both arms), the same
+adapters, HumanEval+ items and token budget, through ``populora eval``'s own code
+(``eval.pipeline.evaluate_runs`` with the engine passed in, every pending request in one call):
+
+- sampled: one evaluation with ``--samples N`` (temperature 0.6, top-p 0.95): every adapter's N
+  samples of every item generated in the same batches, then merged and scored in one scorer call;
+- N greedy passes: N evaluations with one greedy sample each (what N samples cost without sampling
+  in one pass: N generation passes and N scorer calls).
+
+Both arms generate the same number of completions of at most the same length. Printed per arm: the
+generation seconds (wall and process CPU), the whole evaluation's (generation, merge, scoring), the
+tokens generated, and the ratios (N greedy passes / sampled), alternating the arms' order by round.
 
 Scoring, side by side in one run: the canonical solutions of all 164 HumanEval+ problems as an
 EvalPlus samples file (``task_id`` + ``solution``), scored by ``populora score humaneval_plus`` and by
@@ -32,7 +47,13 @@ import time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--part", choices=("all", "generation", "scoring"), default="all")
+    p.add_argument("--part", choices=("all", "generation", "sampling", "scoring"), default="all")
+    p.add_argument("--samples", type=int, default=8, help="sampling: samples per item (N), and the number of greedy passes")
+    p.add_argument("--backend", default="hf", help="sampling: the generation engine (policy.engine: hf, vllm, ...)")
+    p.add_argument("--no-score", action="store_true", help="sampling: time the generation only (no scorer call)")
+    p.add_argument("--unseeded", action="store_true",
+                   help="sampling: leave an engine's per-request seeds off (vLLM: its batched sampler; vLLM 0.32's CPU "
+                        "build fails on seeded requests whose prompt is prefilled in chunks)")
     p.add_argument("--rounds", type=int, default=3, help="scoring: alternating rounds of each tool")
     p.add_argument("--parallel", type=int, help="scoring: workers for both tools (default EvalPlus's cpu_count // 2)")
     p.add_argument("--model", default="tiny", help="base model (default: tiny)")
@@ -47,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     status = 0
     if args.part in ("all", "generation"):
         status |= run_generation(args)
+    if args.part in ("all", "sampling"):
+        status |= run_sampling(args)
     if args.part in ("all", "scoring"):
         status |= run_scoring(args)
     return status
@@ -110,6 +133,86 @@ def run_generation(args: argparse.Namespace) -> int:
           f"({n / t_per:6.2f} completions/s; start-ups {t_starts:.2f} s)")
     print(f"  ratio (per-adapter / one engine)  : {t_per / t_one:7.2f}x wall, {c_per / c_one:5.2f}x CPU")
     print(f"  completions identical token for token: {agree}/{n}")
+    return 0
+
+
+def run_sampling(args: argparse.Namespace) -> int:
+    """Sampled evaluation (N samples per item in one pass) vs N greedy passes (module docstring)."""
+    import statistics
+    from pathlib import Path
+
+    import torch
+
+    from eval.decoding import Decoding
+    from eval.engine import make_engine
+    from eval.generate import read_records
+    from eval.pipeline import evaluate_runs
+    from eval.runs import init_run
+    from eval.settings import EvalSettings
+    from populora.policy.config import PolicyConfig
+
+    torch.manual_seed(0)
+    n = args.samples
+    rows = (args.adapters + 1) * args.items * n  # + the base model
+    import os
+
+    if args.backend == "vllm":  # vLLM's CPU build starts faster in this process (as `populora bench generate`)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    policy = PolicyConfig(model=args.model, max_batch_size=rows, engine=args.backend)
+    sampled = Decoding.resolve(n)
+
+    def settings(decoding: Decoding) -> EvalSettings:
+        return EvalSettings(policy=policy, decoding=decoding, benchmarks=["humaneval_plus"], limit=args.items,
+                            max_new_tokens={"humaneval_plus": args.max_new_tokens}, chunk_size=0, data_dir=args.data_dir,
+                            check_base=False)
+
+    times: dict[str, list[tuple[float, float, float, float]]] = {"sampled": [], "greedy": []}
+    tokens: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="populora-bench-sampling-") as tmp:
+        tmp = Path(tmp)
+        probe = make_engine(settings(Decoding()), [])
+        shapes = probe.module_shapes()
+        probe.close()
+        del probe
+        adapters = init_run(tmp / "run", shapes, [(f"m{i}", "student") for i in range(args.adapters)], rank=args.rank)
+        engine = make_engine(settings(Decoding() if args.unseeded else sampled), adapters)  # greedy: no seed switch
+        try:
+            quiet = lambda m: None  # noqa: E731
+            for r in range(args.rounds):
+                for arm in (("sampled", "greedy") if r % 2 == 0 else ("greedy", "sampled")):
+                    passes = [(sampled, tmp / f"r{r}-sampled")] if arm == "sampled" else \
+                        [(Decoding(), tmp / f"r{r}-greedy{i}") for i in range(n)]
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    gen_wall = gen_cpu = 0.0
+                    for decoding, work in passes:
+                        engine.engine.reset_prefix_cache()  # every pass is an evaluation of its own
+                        g0, gc0 = time.perf_counter(), time.process_time()
+                        evaluate_runs([tmp / "run"], settings(decoding), workdir=work, stage="generate", backend=engine,
+                                      log=quiet)
+                        gen_wall += time.perf_counter() - g0
+                        gen_cpu += time.process_time() - gc0
+                        evaluate_runs([tmp / "run"], settings(decoding), workdir=work,
+                                      stage="merge" if args.no_score else "score", backend=engine, log=quiet)
+                    times[arm].append((gen_wall, gen_cpu, time.perf_counter() - t0, time.process_time() - c0))
+                    tokens[arm] = sum(rec["completion_tokens"] for _, work in passes
+                                      for f in (work / "merged").glob("*/*.jsonl") for rec in read_records(f))
+        finally:
+            engine.close()
+    med = {arm: [statistics.median(t[i] for t in ts) for i in range(4)] for arm, ts in times.items()}
+    completions = (args.adapters + 1) * args.items * n
+    print(f"sampled evaluation vs {n} greedy passes: {args.adapters} adapters + base x {args.items} HumanEval+ problems, "
+          f"model {args.model}, {args.max_new_tokens} new tokens max, {completions} completions per arm, one {args.backend} "
+          f"engine (max_batch_size {rows}; prompt cache reset before every pass{'; unseeded' if args.unseeded else ''}), "
+          f"{args.rounds} round(s), medians")
+    for arm, label in (("sampled", f"sampled, N={n} in one pass ({sampled.short()})"), ("greedy", f"{n} greedy passes")):
+        g, gc, w, c = med[arm]
+        print(f"  {label:38s}: generation {g:7.2f} s wall, {gc:7.2f} s CPU; "
+              f"{'generation + merge' if args.no_score else 'whole evaluation'} {w:7.2f} s wall, {c:7.2f} s CPU "
+              f"({tokens[arm]} tokens)")
+    (gs, gcs, ws, cs), (gg, gcg, wg, cg) = med["sampled"], med["greedy"]
+    whole = "generation + merge" if args.no_score else "whole evaluation"
+    print(f"  ratio ({n} greedy passes / sampled)    : generation {gg / gs:5.2f}x wall, {gcg / gcs:5.2f}x CPU; "
+          f"{whole} {wg / ws:5.2f}x wall, {cg / cs:5.2f}x CPU")
     return 0
 
 
