@@ -101,17 +101,18 @@ class LeaderboardJob:
     """Merge and score every run's shards, then write the leaderboard of all runs."""
 
     def __init__(self, runs: Sequence[str], benchmarks: str, shards: int, out: str,
-                 extra: Sequence[str] = ()) -> None:
+                 extra: Sequence[str] = (), leaderboard_args: Sequence[str] = ()) -> None:
         self.runs = list(runs)
         self.benchmarks = benchmarks
         self.shards = shards
         self.out = out
         self.extra = list(extra)
+        self.leaderboard_args = list(leaderboard_args)  # e.g. --seed-key (the sweep's seed_key)
 
     def commands(self) -> list[list[str]]:
         scores = [["eval", "--runs", run, "--benchmarks", self.benchmarks, "--shard", f"0/{self.shards}",
                    "--stage", "score", *self.extra] for run in self.runs]
-        return [*scores, ["leaderboard", *self.runs, "--out", self.out]]
+        return [*scores, ["leaderboard", *self.runs, "--out", self.out, *self.leaderboard_args]]
 
     def __call__(self) -> dict[str, Any]:
         for argv in self.commands():
@@ -134,10 +135,11 @@ def evaluation_stages(runs: Mapping[str, str | Path], benchmarks: Sequence[str],
                       leaderboard_dir: str | Path, profile: ClusterProfile, logs: str | Path,
                       after: Mapping[str, tuple[str, int | None]] | None = None,
                       max_retries: int | None = None, extra: Sequence[str] = (),
-                      prefix: str = "populora") -> list[Stage]:
+                      prefix: str = "populora", leaderboard_args: Sequence[str] = ()) -> list[Stage]:
     """One evaluation array per run (after ``after[run]`` when given) and one merge + score +
     leaderboard stage after all of them, without a GPU (merging, scoring and tables need none). ``runs`` maps a run's name to its directory; ``extra``
-    are further ``populora eval`` arguments (``--model``, ``--limit``, ...)."""
+    are further ``populora eval`` arguments (``--model``, ``--limit``, ``--samples``, ...), ``leaderboard_args``
+    further ``populora leaderboard`` arguments (``--seed-key``)."""
     retries = profile.max_retries if max_retries is None else max_retries
     stages: list[Stage] = []
     for name, run_dir in runs.items():
@@ -149,7 +151,7 @@ def evaluation_stages(runs: Mapping[str, str | Path], benchmarks: Sequence[str],
             after=[after[name]] if after and name in after else [],
         ))
     board = LeaderboardJob([str(Path(r).absolute()) for r in runs.values()], ",".join(benchmarks), shards,
-                           str(Path(leaderboard_dir).absolute()), extra)
+                           str(Path(leaderboard_dir).absolute()), extra, leaderboard_args)
     stages.append(Stage(
         key="leaderboard", name=f"{prefix}-leaderboard", profile=profile.without_gpus(),
         folder=Path(logs).absolute() / "leaderboard" / "%j", calls=[board], labels=["leaderboard"],

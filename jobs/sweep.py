@@ -271,7 +271,8 @@ def build_plan(spec: SweepSpec, sweep_dir: str | Path | None = None, profile: st
     trains, after = training_stages(spec, runs, run_dirs, config, train_profile, sweep_dir, entry)
     evals = evaluation_stages(run_dirs, spec.benchmarks, spec.shards, sweep_dir / "leaderboard", eval_prof,
                               sweep_dir / "logs", after=after, max_retries=spec.max_retries, extra=spec.eval_args,
-                              prefix=spec.name)
+                              prefix=spec.name,
+                              leaderboard_args=("--seed-key", spec.seed_key) if spec.seed_key != "seed" else ())
     return SweepPlan(spec, sweep_dir, runs, [*trains, *evals], train_profile, eval_prof)
 
 

@@ -159,3 +159,25 @@ def test_leaderboard_of_three_seeds_per_configuration(tmp_path):
     curves = data["passk"]["evalplus"]["HumanEval+"]
     assert {c["kind"] for c in curves} == {"base model", "baseline", "population mean", "best member"}
     assert all(list(c["points"]) == [str(k) for k in range(1, 9)] for c in curves)
+
+
+def test_the_cli_refuses_two_runs_of_one_seed_in_one_line(tmp_path, capsys):
+    from populora.cli import main
+
+    runs = make_sweep(tmp_path, configs=(("4t4s", 8, 0.1),), seeds=(0, 1), benches=("gsm8k",), n_items=3)
+    (runs[1] / "config.yaml").write_text((runs[0] / "config.yaml").read_text())
+    assert main(["leaderboard", *map(str, runs), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("populora leaderboard: configuration 4t4s: two runs share a seed") and "\n" not in err
+    # a sweep whose seed lives under another key names it, and the sweep's leaderboard job passes it on
+    for s, run in enumerate(runs):
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg["rl"] = {"seed": s}
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["leaderboard", *map(str, runs), "--out", str(tmp_path / "out"), "--seed-key", "rl.seed",
+                 "--bootstrap", "200"]) == 0
+    from jobs.evaluate import LeaderboardJob
+
+    job = LeaderboardJob(["a", "b"], "gsm8k", 2, "out", ["--samples", "8"], ["--seed-key", "rl.seed"])
+    assert job.commands()[-1] == ["leaderboard", "a", "b", "--out", "out", "--seed-key", "rl.seed"]
+    assert job.commands()[0][-2:] == ["--samples", "8"]
