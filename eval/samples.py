@@ -5,7 +5,8 @@ A samples file is JSON lines in EvalPlus's samples format: code benchmarks take 
 LiveCodeBench: the raw model output, from which LCB's rule extracts the code; ``question_id`` may
 name the item); math benchmarks take ``id`` (or ``task_id``) plus ``answer`` (the model's answer
 text, e.g. its whole output with a final ``\\boxed{}``). A task may have several samples (pass@1 is
-then their mean per task, averaged over tasks). The benchmark's family (``eval.families``) turns each
+then their mean per task, averaged over tasks, and pass@k is reported for every k up to the fewest
+samples of a task, by the unbiased estimator of ``eval.stats``). The benchmark's family (``eval.families``) turns each
 sample into the scored answer and scores all of them at once: the same extraction, program
 preparation and scorer as for the generations of ``populora eval``.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from eval.benchmarks import BENCHMARKS, Item
 from eval.families import family_of, wilson_interval
 from eval.settings import EvalSettings
+from eval.stats import pass_at_k
 
 
 class SamplesError(ValueError):
@@ -90,6 +92,11 @@ def score_samples(bench: str, samples: Sequence[dict], items: Sequence[Item], se
         k = sum(rates)
         lo, hi = wilson_interval(round(k), len(rates))
         metrics[column] = {"pass@1": k / len(rates), "n_tasks": len(rates), "ci95": [lo, hi]}
+        counts = [(len(rs), sum(bool(r["metrics"][metric]) for r in rs)) for rs in per_task.values()]
+        fewest = min(n for n, _ in counts)
+        if fewest > 1:
+            metrics[column]["pass@k"] = {str(kk): sum(pass_at_k(n, c, kk) for n, c in counts) / len(counts)
+                                         for kk in range(1, fewest + 1)}
     agg = {"benchmark": bench, "n_samples": len(records), "n_tasks": len(per_task), "n_items_in_benchmark": len(items),
            "metrics": metrics}
     return records, agg

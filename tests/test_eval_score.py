@@ -45,6 +45,22 @@ def test_math_answers_scored_per_sample(tmp_path, capsys):
 
 
 @needs_data
+def test_several_samples_per_task_give_pass_at_k(tmp_path, capsys):
+    items = load_items("gsm8k", data_dir=DATA)[:2]
+    right = [gold_as_completion(it.gold) for it in items]
+    wrong = [gold_as_completion(perturb_answer(it.gold)) for it in items]
+    rows = [{"id": items[0].item_id, "answer": a} for a in (right[0], wrong[0], wrong[0])]  # 1 of 3
+    rows += [{"id": items[1].item_id, "answer": a} for a in (wrong[1], wrong[1], wrong[1], right[1])]  # 1 of 4
+    assert main(["score", "gsm8k", str(_jsonl(tmp_path / "s.jsonl", rows)), "--data-dir", str(DATA)]) == 0
+    _, agg = _output(capsys)
+    m = agg["metrics"]["gsm8k"]
+    assert m["pass@1"] == pytest.approx((1 / 3 + 1 / 4) / 2)
+    assert list(m["pass@k"]) == ["1", "2", "3"]  # up to the fewest samples of a task
+    assert m["pass@k"]["2"] == pytest.approx(((1 - 1 / 3) + (1 - 3 / 6)) / 2)  # 1 - C(n-c,2)/C(n,2) per task
+    assert m["pass@k"]["3"] == pytest.approx((1 + 1 - 1 / 4) / 2)
+
+
+@needs_data
 def test_bad_samples_name_the_line_and_field(tmp_path, capsys):
     assert main(["score", "gsm8k", str(_jsonl(tmp_path / "a.jsonl", [{"id": "0", "text": "5"}])), "--data-dir", str(DATA)]) == 2
     assert "a.jsonl: line 1 (0) lacks field 'answer'" in capsys.readouterr().err
