@@ -40,6 +40,7 @@ import signal  # noqa: E402
 import time  # noqa: E402
 
 import channels  # noqa: E402
+import child  # noqa: E402
 import isolation  # noqa: E402
 import protocol  # noqa: E402
 import runner  # noqa: E402
@@ -54,7 +55,7 @@ PRELOAD = (
     "typing unicodedata"
 ).split()
 
-SETUP_FAILED = 121  # exit code of a child whose confinement failed (the program never ran)
+SETUP_FAILED = child.SETUP_FAILED  # exit code of a child whose confinement failed (the program never ran)
 # ours: a result frame and the output travel in one answer the caller reads up to
 # protocol.MAX_CONTROL_FRAME bytes each; 1 MiB of room below it for the headers
 MAX_RESULT_BYTES = protocol.MAX_CONTROL_FRAME - (1 << 20)
@@ -173,11 +174,11 @@ class Server:
             finally:
                 os._exit(SETUP_FAILED)
         # Captured now: the program may rebind these names, not these objects.
-        finish = _make_finish(job["token"], out, err)
+        finish = child.make_finish(job["token"], out, err)
         source, entry, calls = job["source"], job.get("entry"), job.get("calls") or []
         del job  # the program's frame walk finds its own inputs only, and not twice
         finish(runner.execute(source, entry, calls, int(self.limits["max_output_chars"]),
-                              _make_before_run(self.strip)))
+                              child.make_before_run(self.strip)))
 
     def _supervise(self, job: dict, pid: int, r_res: int, r_out: int, start: float):
         limits = self.limits
@@ -270,56 +271,6 @@ class Server:
                 pass
             if reap_child:
                 isolation.kill_descendants()
-
-
-def _make_before_run(stripped: bool):
-    """What the child does right before the program's module body runs: say that its setup is over
-    (one byte on descriptor 4, then closed, so the program cannot touch it) and, on a stripped
-    server, strip builtins and empty the capability modules (``strip.strip_child``)."""
-    write, close, clear = os.write, os.close, strip.strip_child
-
-    def before_run():
-        write(4, b"1")
-        close(4)
-        return clear() if stripped else None
-
-    return before_run
-
-
-def _make_finish(token: str, out, err):
-    """The child's last act, built before the program runs: block signals, stop interval timers,
-    flush the program's output, send the one result frame on fd 3, leave with ``os._exit`` (no
-    ``atexit`` handler or finalizer of the program runs after it). A program that breaks any of
-    this only spoils its own outcome (``crashed:``); the server checks the frame against the limits.
-    """
-    write, exit_, pack = os.write, os._exit, protocol.pack_fields
-    setitimer, sigmask = signal.setitimer, signal.pthread_sigmask
-    timers = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
-    everything = set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP}
-
-    def finish(result) -> None:
-        try:
-            sigmask(signal.SIG_BLOCK, everything)
-            for timer in timers:
-                setitimer(timer, 0)
-        except BaseException:
-            pass
-        for stream in (out, err):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        try:
-            status, reason, values, detail = result
-            frame = pack([token, status, reason, detail, *values])
-            view = memoryview(frame)
-            while view:
-                view = view[write(3, view) :]
-        except BaseException:
-            exit_(SETUP_FAILED + 1)
-        exit_(0)
-
-    return finish
 
 
 def answer_one(server: Server, job: dict, body: int, resp: int) -> bool:

@@ -57,7 +57,7 @@ import sys
 import types
 
 # Modules whose members grant I/O, processes, clocks, randomness, imports or the interpreter's
-# internals; prefixes end with a dot. The sandbox's own modules (OWN) are left as they are: nothing
+# internals; prefixes end with a dot. The sandbox's own modules (``is_own``) are left as they are: nothing
 # reaches them once the frames and globals paths are gone.
 CAPABILITY_MODULES = frozenset(
     """sys builtins os posix nt posixpath ntpath genericpath os.path io _io _pyio time random _random
@@ -73,7 +73,7 @@ CAPABILITY_MODULES = frozenset(
 )
 CAPABILITY_PREFIXES = ("os.", "importlib.", "ctypes.", "multiprocessing.", "concurrent.", "asyncio.",
                        "urllib.", "http.", "xmlrpc.", "dbm.", "sqlite3.", "curses.", "_sysconfigdata")
-OWN = frozenset({"__main__", "server", "runner", "isolation", "channels", "protocol", "scratch", "strip"})
+OWN_DIR = __file__.rsplit("/", 1)[0]  # the sandbox's own modules (the fork server imports them top-level)
 # members of capability modules that grant nothing and that sanitized modules use at run time
 # (dataclasses' and reprlib's recursion guards key on the thread id)
 HARMLESS = {
@@ -92,6 +92,12 @@ REMOVED_ATTRIBUTES = (
 
 def is_capability_module(name: str) -> bool:
     return name in CAPABILITY_MODULES or name.startswith(CAPABILITY_PREFIXES)
+
+
+def is_own(name: str, module) -> bool:
+    """The fork server's script (``__main__``) and the modules of this directory."""
+    where = getattr(module, "__file__", None)
+    return name == "__main__" or (isinstance(where, str) and where.rsplit("/", 1)[0] == OWN_DIR)
 
 
 class _FakeFrame:
@@ -121,6 +127,7 @@ def _sys_stub(modules: dict) -> types.ModuleType:
     stub.getdefaultencoding = lambda: "utf-8"
     stub.getfilesystemencoding = lambda: "utf-8"
     stub._getframe = lambda depth=0: _FakeFrame()
+    stub._getframemodulename = lambda depth=0: "__main__"  # what typing and enum ask from 3.12 on
     stub.modules = modules
     stub.warnoptions = []
     stub.path = []
@@ -176,7 +183,7 @@ def _real_dict(kind: type) -> dict:
     return next(r for r in gc.get_referents(kind.__dict__) if isinstance(r, dict))
 
 
-def _remove_attributes() -> list[str]:
+def _remove_attributes(own: set) -> list[str]:
     """Delete ``REMOVED_ATTRIBUTES`` from the built-in types and tell the interpreter (its
     attribute caches and the specialised instructions key on the types' version tags)."""
     import ctypes  # the fork server has it loaded already (isolation.py)
@@ -188,7 +195,7 @@ def _remove_attributes() -> list[str]:
         if not isinstance(cls, abc.ABCMeta):
             raise TypeError("__subclasses__ is only available on abstract base classes here")
         return [c for c in subclasses(cls) if not is_capability_module(getattr(c, "__module__", "") or "")
-                and getattr(c, "__module__", None) not in OWN]
+                and getattr(c, "__module__", None) not in own]
 
     abc_subclasses.__name__ = abc_subclasses.__qualname__ = "__subclasses__"
     removed = []
@@ -216,7 +223,8 @@ def prepare() -> dict:
     warnings.simplefilter("ignore")  # a shown warning would need the real sys.stderr
     loaded = dict(sys.modules)
     kept = {n: m for n, m in loaded.items()
-            if isinstance(m, types.ModuleType) and not is_capability_module(n) and n not in OWN}
+            if isinstance(m, types.ModuleType) and not is_capability_module(n) and not is_own(n, m)}
+    own = {n for n, m in loaded.items() if is_own(n, m)}
     stub_modules: dict = {}
     stubs = {"sys": _sys_stub(stub_modules)}
     dropped = replaced = 0
@@ -237,7 +245,7 @@ def prepare() -> dict:
     stub_modules.update({n: s for n, s in stubs.items() if n != "sys"})
     stub_modules["sys"] = stubs["sys"]
     stub_modules["__main__"] = main = types.ModuleType("__main__")
-    removed = _remove_attributes()
+    removed = _remove_attributes(own)
 
     def importer(name, globals=None, locals=None, fromlist=(), level=0):
         if level:
