@@ -71,6 +71,7 @@ def check_report(report: dict, device: str, with_vllm: bool) -> None:
     assert hf["ratios"]["mixed/one_adapter"] > 0 and hf["ratios"]["mixed/base"] > 0
     assert set(report["ratio_labels"]) == {"mixed/one_adapter", "mixed/base"}
     assert any("peft's per-row adapter routing" in n for n in hf["notes"])
+    assert hf["publish_s"] is not None and hf["publish_s"] >= 0
     if with_vllm:
         vl = engines["vllm"]
         assert vl["error"] is None, vl["error"]
@@ -85,6 +86,7 @@ def check_report(report: dict, device: str, with_vllm: bool) -> None:
         assert arm["step_s"] > 0 and arm["warmup_s"] > 0 and arm["phases"]["train"] > 0 and arm["phases"]["generate"] > 0
     assert step["ratio"] == pytest.approx(step["arms"][0]["step_s"] / step["arms"][1]["step_s"])
     assert "selfplay.steps=2" in step["overrides"]
+    assert all(0 <= arm["publish_share"] < 1 and "publish" in arm["phases"] for arm in step["arms"])
 
 
 def vllm_expected() -> bool:

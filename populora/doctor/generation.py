@@ -108,13 +108,16 @@ def hf_generation(cfg, backend, device: str) -> GenerationResult:
     policy = Policy(config, backend, engine_class("hf")(config, backend))
     names = backend.adapter_names()
     new_tokens = NEW_TOKENS["cuda" if device == "cuda" else "cpu"]
+    from populora.policy.backend import time_publish
+
     try:
         arms, warmup = time_arms(policy, names, new_tokens, _cuda_sync)
+        publish_s = time_publish(policy, names)
     except Exception as e:
         return GenerationResult("hf", device, len(names), len(names) * PROMPTS_PER_ADAPTER, new_tokens,
                                 error=f"{type(e).__name__}: {_first_line(e)}")
     return GenerationResult("hf", device, len(names), len(names) * PROMPTS_PER_ADAPTER, new_tokens, arms,
-                            start_s=warmup, notes=(HF_RATIO_NOTE, "warm-up (start_s) excluded from the arms' times",
+                            start_s=warmup, publish_s=publish_s, notes=(HF_RATIO_NOTE, "warm-up (start_s) excluded from the arms' times",
                                                    "sleep/wake: the HF engine is the trainer; nothing sleeps"))
 
 
@@ -165,7 +168,7 @@ def _child(args: argparse.Namespace) -> int:
     from populora.config import load_config
     from populora.doctor.model import is_tiny, random_model, write_model_dir
     from populora.doctor.training import members
-    from populora.policy.backend import Policy
+    from populora.policy.backend import Policy, time_publish
     from populora.policy.engine import EngineContext
     from populora.policy.hf import HFBackend
     from populora.policy.vllm_engine import VLLMEngine
@@ -211,6 +214,7 @@ def _child(args: argparse.Namespace) -> int:
             _cuda_sync()
 
         arms, warmup = time_arms(policy, names, new_tokens, fresh)
+        publish_s = time_publish(policy, names)  # every member's weights written and loaded by the engine
         if on_cuda:
             free1 = torch.cuda.mem_get_info()[0]
             awake = float(free0 - free1)
@@ -233,7 +237,7 @@ def _child(args: argparse.Namespace) -> int:
             notes.append("engine memory: not measured on CPU (vLLM holds the KV cache it is given, "
                          f"policy.vllm.cpu_kv_cache_gib={policy_cfg.vllm.cpu_kv_cache_gib:g}, in host RAM)")
         result = GenerationResult(**base, arms=arms, start_s=warmup, sleep_s=sleep_s, wake_s=wake_s,
-                                  memory=tuple(memory), notes=tuple(notes))
+                                  memory=tuple(memory), notes=tuple(notes), publish_s=publish_s)
     except Exception as e:
         result = GenerationResult(**base, notes=tuple(notes), error=f"{type(e).__name__}: {_first_line(e)}")
     finally:

@@ -151,6 +151,7 @@ class GenerationResult:
     wake_s: float | None = None
     memory: tuple[Measure, ...] = ()  # engine (awake), engine_asleep
     notes: tuple[str, ...] = ()  # what differs from the preset, why a figure is missing
+    publish_s: float | None = None  # one publish of every member's weights to the engine (time_publish)
     error: str | None = None  # the engine could not run: why (the doctor goes on)
 
     @classmethod

@@ -36,6 +36,8 @@ def report_json(report: DoctorReport) -> dict:
             raw["verdict"]["basis"] = preset.verdict.basis
     if report.step is not None:
         out["step"]["ratio"] = report.step.ratio
+        for arm, raw in zip(report.step.arms, out["step"]["arms"]):
+            raw["publish_share"] = arm.phases.get("publish", 0.0) / arm.step_s if arm.step_s > 0 else None
         out["step"]["ratio_label"] = ("seconds of one timed population step over one timed baseline step "
                                       f"(the paper reports {PAPER_STEP_RATIO}x for 4T+4S with vLLM on GPU)")
     return out
@@ -118,21 +120,24 @@ def _allreduce(report: DoctorReport) -> list[str]:
 
 def _generation_rows(gens: tuple[GenerationResult, ...]) -> list[str]:
     lines = ["| engine | device | members | requests | new tokens | mixed tok/s | one_adapter tok/s | base tok/s "
-             "| mixed/one_adapter (s/s) | mixed/base (s/s) | warm-up s | sleep s | wake s |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| mixed/one_adapter (s/s) | mixed/base (s/s) | warm-up s | publish s | sleep s | wake s |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     notes = []
     for g in gens:
         if g.error:
-            lines.append(f"| {g.engine} | {g.device} | {g.adapters} | - | - | - | - | - | - | - | - | - | - |")
+            lines.append(f"| {g.engine} | {g.device} | {g.adapters} | - | - | - | - | - | - | - | - | - | - | - |")
             notes.append(f"- {g.engine}: {g.error}")
             continue
         tps = {a: (g.arm(a).tokens_per_s if g.arm(a) else None) for a in ("mixed", "one_adapter", "base")}
         r = arm_ratios(g)
         lines.append(f"| {g.engine} | {g.device} | {g.adapters} | {g.requests} | {g.new_tokens} | {_num(tps['mixed'], '.1f')} "
                      f"| {_num(tps['one_adapter'], '.1f')} | {_num(tps['base'], '.1f')} | {_num(r['mixed/one_adapter'])}x "
-                     f"| {_num(r['mixed/base'])}x | {_num(g.start_s, '.1f')} | {_num(g.sleep_s)} | {_num(g.wake_s)} |")
+                     f"| {_num(r['mixed/base'])}x | {_num(g.start_s, '.1f')} | {_num(g.publish_s, '.3f')} | {_num(g.sleep_s)} "
+                     f"| {_num(g.wake_s)} |")
         notes += [f"- {g.engine}: {n}" for n in g.notes]
     labels = [f"- `{k}`: {v}" for k, v in RATIO_LABELS.items()]
+    labels.append("- `publish s`: one publish of every member's weights to the engine (written and loaded by vLLM; "
+                  "the HF engine serves the trainer's own weights)")
     return lines + ["", "What the ratios measure:", *labels, "", *notes]
 
 
@@ -210,6 +215,9 @@ def _step(s: StepComparison) -> list[str]:
             lines.append(f"| {ph} | " + " | ".join(_num(x, '.3f') for x in vals) + f" | {_num(ratio)} |")
         lines.append("| **step** | " + " | ".join(f"{a.step_s:.3f}" for a in s.arms) + f" | {_num(s.ratio)} |")
         lines.append("| warm-up step (apart) | " + " | ".join(f"{a.warmup_s:.3f}" for a in s.arms) + " | |")
+        lines.append("\npublish (the trainer's new weights to the engine serving them), share of the step: "
+                     + ", ".join(f"{a.label} {a.phases.get('publish', 0.0) / a.step_s:.1%}" for a in s.arms if a.step_s > 0)
+                     + f" (engine {s.engine})")
         lines.append(f"\npopulation/baseline: **{_num(s.ratio)}x** per step: seconds of one timed population step over "
                      f"one timed baseline step, each member on the baseline's budget (the paper: {PAPER_STEP_RATIO}x for "
                      "4T+4S with vLLM on GPU).")
