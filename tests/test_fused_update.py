@@ -260,3 +260,19 @@ def test_a_members_memory_is_measured_after_a_warm_up_update(backends):
     assert got == 4 * n * 3 + 4 * len(params)  # float32 weights, two moments, one step counter per tensor
     assert PROBE not in be32.adapter_names()
     assert torch.equal(_flat(be32.get_weights("t0")), before)
+
+
+def test_bench_train_ends_with_the_fused_line(capsys):
+    """A small run of the comparison (3 members, short sequences, no self-play step): the last line's form
+    and the gradient bound of the issue (speed is measured by the full bench, not asserted here)."""
+    import re
+
+    from populora.cli import main
+
+    assert main(["bench", "train", "--models", "", "--packing-models", "", "--fused-members", "3",
+                 "--fused-sequences", "3", "--fused-lengths", "16+64", "--selfplay-config", "", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    m = re.fullmatch(r"fused/sequential speed-up: (\d+\.\d\d)x, max gradient difference: (\S+)", out[-1])
+    assert m, out[-1]
+    assert float(m.group(1)) > 0 and float(m.group(2)) <= 3e-5
+    assert any(line.startswith("paper ") and " fused " in line for line in out)

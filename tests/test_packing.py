@@ -133,7 +133,7 @@ def test_bench_train_ends_with_the_packing_line(capsys):
     from populora.cli import main
 
     assert main(["bench", "train", "--models", "", "--packing-batch", "12", "--packing-lengths", "tiny=32+128",
-                 "--repeats", "1"]) == 0
+                 "--repeats", "1", "--fused-model", ""]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     m = re.fullmatch(r"packed/unpacked speed-up: (\d+\.\d\d)x, max gradient difference: (\S+)", last)
     assert m, last
