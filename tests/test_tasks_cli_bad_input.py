@@ -54,15 +54,29 @@ def test_explicit_cpu_seconds_reaches_the_sandbox(tmp_path, monkeypatch):
     seen = {}
     real = tasks_cmd._open_sandbox
 
-    def spy(args):
-        sandbox = real(args)
-        seen["limits"] = sandbox.limits
+    def spy(args, seed=0):
+        sandbox = real(args, seed)
+        seen["limits"], seen["seed"] = sandbox.limits, sandbox.hash_seed
         return sandbox
 
     monkeypatch.setattr(tasks_cmd, "_open_sandbox", spy)
     src = write_lines(tmp_path / "in.jsonl", [GOOD])
     assert run_cli(["validate", str(src), "--out", str(tmp_path / "o"), "--wall-seconds", "3", "--cpu-seconds", "2"]) == 0
     assert (seen["limits"].wall_seconds, seen["limits"].cpu_seconds) == (3.0, 2)
+
+
+def test_the_determinism_seed_is_fresh_unless_given(tmp_path, monkeypatch, capsys):
+    """A fixed default seed would let a program be tuned to the hash seeds its replicas run under."""
+    seen = []
+    real = tasks_cmd._open_sandbox
+    monkeypatch.setattr(tasks_cmd, "_open_sandbox", lambda args, seed=0: seen.append(seed) or real(args, seed))
+    src = write_lines(tmp_path / "in.jsonl", [GOOD])
+    for _ in range(2):
+        assert run_cli(["validate", str(src), "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert seen[0] != seen[1] and f"determinism seed {seen[0]} (--seed {seen[0]} repeats this run)" in err
+    assert run_cli(["validate", str(src), "--out", str(tmp_path / "o"), "--seed", "7"]) == 0
+    assert seen[-1] == 7 and "determinism seed" not in capsys.readouterr().err
 
 
 def test_a_non_utf8_byte_is_a_bad_line_never_a_replaced_program(tmp_path, capsys):
@@ -162,7 +176,7 @@ def test_out_is_replaced_only_when_the_results_are_complete(tmp_path, monkeypatc
     out = tmp_path / "out.jsonl"
     out.write_text("earlier results\n")
 
-    def crash(args):
+    def crash(args, seed=0):
         raise RuntimeError("no sandbox today")
 
     monkeypatch.setattr(tasks_cmd, "_open_sandbox", crash)

@@ -65,6 +65,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="CPU-time limit per program (default: the wall-clock limit rounded, at least 1)")
     p.add_argument("--memory-mb", type=positive_int, default=512, help="address-space limit per program")
     p.add_argument("--max-output-chars", type=positive_int, default=1000, help="largest accepted output repr")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed the determinism check's hash seeds and call orders are drawn from (default: a fresh "
+                        "random one, printed, so a program cannot be tuned to known seeds; give it to repeat a run)")
 
 
 def proposal_from_json(obj: dict[str, Any], default_type: str | None) -> Proposal:
@@ -96,7 +99,19 @@ def _guess_type(obj: dict[str, Any]) -> str:
     return next(iter(kinds))
 
 
-def _open_sandbox(args: argparse.Namespace):
+def determinism_seed(args: argparse.Namespace, command: str) -> int:
+    """``--seed``, or a fresh random seed, said in one line on stderr so the run can be repeated: a
+    fixed default would let a program be tuned to the seeds its replicas will run under."""
+    if args.seed is not None:
+        return args.seed
+    import secrets
+
+    seed = secrets.randbits(31)
+    print(f"populora tasks {command}: determinism seed {seed} (--seed {seed} repeats this run)", file=sys.stderr)
+    return seed
+
+
+def _open_sandbox(args: argparse.Namespace, seed: int = 0):
     from populora.sandbox import Sandbox, SandboxLimits
 
     cpu = args.cpu_seconds if args.cpu_seconds is not None else max(1, int(round(args.wall_seconds)))
@@ -106,7 +121,7 @@ def _open_sandbox(args: argparse.Namespace):
         memory_mb=args.memory_mb,
         max_output_chars=args.max_output_chars,
     )
-    return Sandbox(limits=limits, workers=args.workers)
+    return Sandbox(limits=limits, workers=args.workers, hash_seed=seed)
 
 
 def _open_output(args: argparse.Namespace, command: str) -> Output | None:
@@ -191,7 +206,7 @@ def run_validate(args: argparse.Namespace) -> int:
     env = TaskEnv(max_output_chars=args.max_output_chars)
     start = time.monotonic()
     try:
-        sandbox = _open_sandbox(args)
+        sandbox = _open_sandbox(args, determinism_seed(args, "validate"))
         try:
             verdicts = _run_each([p for _, p in todo], lambda ps: validate_many(ps, sandbox, env))
         finally:
@@ -305,7 +320,7 @@ def run_check(args: argparse.Namespace) -> int:
     # the answer formats a check line may use: a bare <answer> payload, no reasoning required
     env = TaskEnv(require_think=False, max_output_chars=args.max_output_chars, code_f={"fractional": args.fractional})
     try:
-        sandbox = _open_sandbox(args)
+        sandbox = _open_sandbox(args, determinism_seed(args, "check"))
         try:
             judgements = _run_each([item for _, item in todo], lambda items: check_many(items, sandbox, env))
         finally:
