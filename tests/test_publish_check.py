@@ -83,3 +83,54 @@ def test_a_shift_above_the_tolerance_stops_with_the_member_the_step_and_the_diff
                                              r"it: .* differ from the trainer's by 0\.25 nats per token on average "
                                              r"\(tolerance 0\.001\)$"):
         bad.check_served(["t0", "s0"], 4)
+
+
+def test_ranks_turn_a_served_mismatch_into_the_same_error_on_every_rank():
+    """``Ranks.check_served`` hands a rank's mismatch to the gather every rank is in and raises it (one
+    rank here: the error comes out as it went in, without a rank prefix); a due step without a mismatch
+    reports the largest difference, a step that is not due reports nothing."""
+    from populora.distributed.comm import LocalComm
+    from populora.selfplay.ranks import Ranks
+
+    class Backend:  # the two calls Ranks makes of a Policy for the check
+        def __init__(self, diffs, fail):
+            self.diffs, self.fail = diffs, fail
+
+        def publish(self):
+            raise AssertionError("not used")
+
+        def adapter_names(self):
+            return list(self.diffs)
+
+        def check_due(self, step):
+            return step % 2 == 0
+
+        def check_served(self, names, step):
+            if self.fail:
+                raise ServedMismatch(f"at step {step}, engine 'x' does not serve member 't0' as the trainer holds it")
+            return self.diffs
+
+    ok = Ranks(LocalComm(), Backend({"t0": 1e-7, "s0": 3e-7}, fail=False), "x", 3)
+    assert ok.check_served(2) == {"publish/check_max_diff": 3e-7}
+    assert ok.check_served(3) == {}
+    bad = Ranks(LocalComm(), Backend({"t0": 1.0}, fail=True), "x", 3)
+    with pytest.raises(ServedMismatch, match=r"^at step 4, engine 'x' does not serve member 't0'"):
+        bad.check_served(4)
+
+
+@pytest.mark.slow
+def test_a_step_times_its_publish_and_reports_it(tmp_path):
+    from pathlib import Path
+
+    from populora.config import load_config
+    from populora.selfplay.loop import SelfPlay
+
+    sp = SelfPlay(load_config(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml", ["selfplay.steps=1"]),
+                  tmp_path)
+    try:
+        row = sp.step(1)
+    finally:
+        sp.close()
+    assert row["time/publish_s"] >= 0 and row["time/check_served_s"] >= 0
+    assert row["publish/adapters"] == 4  # every member trained, so every adapter changed
+    assert "publish/check_max_diff" not in row  # the HF engine serves the trainer's weights: nothing to check
