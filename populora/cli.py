@@ -29,8 +29,16 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line (the problem, then where the usage is) instead of the
+    usage block; subcommands' parsers are of this class too (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="populora",
         description="PopuLoRA: population-based asymmetric self-play with LoRA adapters.",
     )
@@ -57,7 +65,14 @@ def _one_line_warnings() -> None:
 def main(argv: list[str] | None = None) -> int:
     _one_line_warnings()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides after the options (`train --config C --quiet a=1`): argparse gives a positional
+    # nargs="*" list only the words before the first option, so the rest are added here
+    if extra and isinstance(getattr(args, "overrides", None), list) and all(
+            "=" in w and not w.startswith("-") for w in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
@@ -68,8 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtra as e:  # an optional part is not installed: one line naming the extra
         print(e if e.what else f"populora {args.command}: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except OSError as e:  # the environment (disk full, permissions, a missing path): one line naming the file
+        from populora.errors import os_error_line
+
+        print(f"populora {args.command}: {os_error_line(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # a command that can continue says how (``interrupt_hint`` of its parser)
+        hint = getattr(args, "interrupt_hint", None)
+        print(f"interrupted; {hint}" if hint else "interrupted", file=sys.stderr)
         return 130
 
 

@@ -111,12 +111,18 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tu
     try:
         if path is not None:
             where = str(path)
+            if Path(path).is_dir():
+                raise ConfigError(f"{path}: a directory, not a config file; give a YAML preset (configs/*.yaml)")
             if not Path(path).is_file():
                 raise ConfigError(f"{path}: config file not found")
             try:
                 preset = OmegaConf.load(path)
             except yaml.YAMLError as e:  # one line: where and what, not the parser's traceback
                 raise _yaml_error(e, str(path)) from None
+            except UnicodeDecodeError as e:
+                raise ConfigError(f"{path}: not a text file (byte {e.start} is not UTF-8); give a YAML preset") from None
+            except OSError as e:  # unreadable: permissions, a directory, an I/O error
+                raise ConfigError(f"{path}: cannot read the config file ({e.strerror or e}); check its permissions") from None
             if not isinstance(preset, DictConfig):
                 raise ConfigError(f"{path}: a config file must be a YAML mapping of sections, not a list")
             if len(preset) == 0:

@@ -4,7 +4,7 @@ Training writes it, resume reads it back, and evaluation, the leaderboard, diagn
 and ``populora status`` read it; all of them go through ``RunDir``, so a file's name and format are
 written down once, here::
 
-    run.json           the layout's format version (written when the run is created)
+    run.json           the layout's format version, whether the run has started, the code that runs it
     config.yaml        resolved config (what ``--resume`` reads)
     metrics.jsonl      one line per step (stable metric names; ``populora.selfplay.metrics``)
     lineage.jsonl      every birth and replacement of a member
@@ -19,6 +19,13 @@ written down once, here::
     train.log          warnings and library logs of the run (kept out of the progress display)
     tensorboard/       event files (when tensorboard is installed and ``run.tensorboard``)
     wandb/, wandb_id   Weights & Biases' own files and the run's W&B id (``run.wandb``)
+
+A run exists once it has started: ``run.json`` is written with ``"started": false`` when a start
+begins, and says ``true`` once the base model has loaded and step 0 (the founders, in
+``lineage.jsonl``) is saved. Until then the directory is a failed or unfinished start: a new start
+replaces its files (with new settings), ``--resume`` refuses it, ``populora status`` says so. A
+run that never completed a step may also be started over; one that did is refused (``--resume``).
+A non-empty directory without ``run.json`` or ``config.yaml`` is not a run and is never written into.
 
 A directory written before ``run.json`` existed has format 1 (the same layout). A run of a newer
 format than this code knows is refused with a message naming it. JSON files are written atomically
@@ -175,15 +182,103 @@ class RunDir:
         return [self.path / n for n in self.STEP_LOGS]
 
     # -- the run as a whole -------------------------------------------------------------------------
+    def run_record(self) -> dict | None:
+        """``run.json`` (None when missing or unreadable: the caller decides from the other files)."""
+        try:
+            return self._object(self.FORMAT_FILE, "run format file")
+        except ValueError:
+            return None
+
     def holds_run(self) -> bool:
-        """Whether a run was started here (its config is written first)."""
+        """Whether a run has started here: ``run.json`` says so, or (a directory written before runs
+        recorded their start) its config is there."""
+        record = self.run_record()
+        if record is not None and "started" in record:
+            return record["started"] is True
         return self.config_file.is_file()
 
-    def create(self, config_yaml: str) -> None:
-        """Make the directory of a new run: its format file and its resolved config."""
+    def failed_start(self) -> bool:
+        """A start that never got its model loaded and step 0 saved (``run.json`` says ``started: false``)."""
+        record = self.run_record()
+        return record is not None and record.get("started") is False
+
+    def start_error(self) -> str | None:
+        """Why the start failed, as recorded (None when unknown or not a failed start)."""
+        record = self.run_record() or {}
+        return record.get("error") if record.get("started") is False else None
+
+    def steps_done(self) -> int:
+        """The last step this run completed: its newest checkpoint or metrics line (0: none)."""
+        # checkpoint directories by name (populora.checkpoint's step_NNNNNN; that module needs torch)
+        saved = [int(p.name[5:]) for p in self.checkpoints.glob("step_*") if p.name[5:].isdigit()] \
+            if self.checkpoints.is_dir() else []
+        try:
+            logged = max((r["step"] for r in self.read_metrics() if isinstance(r.get("step"), int)), default=0)
+        except ValueError:  # a damaged metrics.jsonl: count the run as having steps (never clear it)
+            logged = 1
+        return max([logged, *saved])
+
+    def has_files(self) -> bool:
+        """Whether the directory exists and holds anything."""
+        return self.path.is_dir() and any(self.path.iterdir())
+
+    def check_new_start(self) -> str:
+        """Whether a new run may start here: ``"new"`` (missing or empty directory), ``"over"`` (a failed
+        start, or a run that never completed a step: its files are replaced). Raises ``RunDirError``
+        for a run with completed steps (resume it) and for a non-empty directory that holds no run."""
+        if not self.has_files():
+            return "new"
+        if not (self.path / self.FORMAT_FILE).exists() and not self.config_file.exists():
+            raise RunDirError(f"{self.path} is not empty and holds no run (no {self.FORMAT_FILE} or {self.CONFIG}); "
+                              "give an empty or new directory (--run-dir, or run.dir=)")
+        done = self.steps_done()
+        summary = self._summary_or_none()
+        if done > 0 or (summary is not None and str(summary.get("status", "")).startswith("finished")):
+            raise RunDirError(f"{self.path} already holds a run ({done} step(s) done); continue it with "
+                              f"`populora train --resume {self.path}` or choose another run directory")
+        return "over"
+
+    def _summary_or_none(self) -> dict | None:
+        try:
+            return self.read_summary()
+        except ValueError:
+            return None
+
+    def clear_start(self) -> list[str]:
+        """Remove the files of a start that never completed a step (the layout's own names only; anything
+        else in the directory stays). Refuses a run with completed steps. Returns the removed names."""
+        if self.steps_done() > 0:
+            raise RunDirError(f"{self.path}: refusing to clear a run with completed steps")
+        removed = []
+        for name in (self.FORMAT_FILE, self.CONFIG, *self.STEP_LOGS, self.CHECKPOINTS, self.ADAPTERS, self.MEMBERS,
+                     self.SUMMARY, self.RANKS, self.LOG, self.TENSORBOARD, self.WANDB, self.WANDB_ID):
+            p = self.path / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+            else:
+                continue
+            removed.append(name)
+        return removed
+
+    def create(self, config_yaml: str, code: dict | None = None) -> None:
+        """Begin a new run: ``run.json`` (format, ``started: false``, the code that runs it) and its
+        resolved config. The run exists once :meth:`mark_started` has been called."""
         self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path / self.FORMAT_FILE, {"format": FORMAT})
+        write_json_atomic(self.path / self.FORMAT_FILE, {"format": FORMAT, "started": False, "code": code or {}})
         self.config_file.write_text(config_yaml)
+
+    def mark_started(self) -> None:
+        """The base model has loaded and step 0 is saved: from now on this directory holds a run."""
+        record = {k: v for k, v in (self.run_record() or {"format": FORMAT}).items() if k != "error"}
+        write_json_atomic(self.path / self.FORMAT_FILE, {**record, "started": True})
+
+    def record_start_error(self, error: str) -> None:
+        """A start that failed before :meth:`mark_started`: keep why (``populora status`` shows it)."""
+        record = self.run_record()
+        if record is not None and record.get("started") is False:
+            write_json_atomic(self.path / self.FORMAT_FILE, {**record, "error": error})
 
     def format(self) -> int:
         """The layout version of this run directory (1 when it predates ``run.json``); a format newer

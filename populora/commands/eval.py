@@ -139,7 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests per generate call (default: the engine's own: vLLM all pending of a benchmark, "
                         "HF one batch)")
     p.add_argument("--cache-dir", help="EvalPlus data/ground-truth cache (default $POPULORA_CACHE/evalplus)")
-    p.set_defaults(func=run_eval)
+    p.set_defaults(func=run_eval, interrupt_hint="the completions generated so far are kept: run the same command "
+                                                 "again to continue where it stopped")
 
     lp = sub.add_parser("leaderboard", help="write leaderboard.md/.csv/.html from evaluated runs")
     lp.add_argument("runs", nargs="+", help="run directories evaluated with `populora eval`")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 # the presets live at the repository root, beside the package
 EXIT_DOES_NOT_FIT = 3  # as `populora plan`
+EXIT_ENVIRONMENT = 2  # the command cannot start as given: config, model, optional package (docs/exit-status.md)
 DEFAULT_GPU_GIB = 80.0  # as `populora plan --gpu-gib`: one H100 80 GB, the presets' target (paper)
 DEMO_CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml")
 
@@ -17,6 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="preset YAML (configs/*.yaml)")
     p.add_argument("--run-dir", help="run directory (default: runs/<name>)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last good checkpoint")
+    p.add_argument("--resume-if-started", action="store_true",
+                   help="with --config and --run-dir: continue the run there if it has started, else start it with "
+                        "--config and the overrides (what batch jobs use: a requeued job continues, a start that "
+                        "failed before its model loaded is started again with the settings given)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--nproc", type=_positive_int, default=0, metavar="W",
                    help="start W local ranks with torch's launcher (torchrun) and run on all of them; "
@@ -27,12 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_train)
 
     s = sub.add_parser("status", help="print the summary of a run (finished or not)")
-    s.add_argument("run_dir")
+    s.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (runs/<name>)")
     s.set_defaults(func=cmd_status)
 
     d = sub.add_parser("demo", help="the cpu-demo preset on the embedded SmolLM2-135M, with example tasks")
-    d.add_argument("--run-dir", default="runs/cpu-demo")
-    d.add_argument("overrides", nargs="*", metavar="key=value")
+    d.add_argument("--run-dir", default="runs/cpu-demo", help="run directory (default runs/cpu-demo; an existing "
+                   "demo run there is resumed)")
+    d.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. selfplay.steps=2")
     d.set_defaults(func=cmd_demo)
 
 
@@ -65,14 +71,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     from populora.checkpoint import CheckpointError
     from populora.config import ConfigError
     from populora.distributed.env import LauncherError, before_cuda, rank_env
+    from populora.errors import os_error_line
     from populora.jsonl import JsonlError
     from populora.policy.engine import EngineFailure
+    from populora.policy.models import EmbeddedModelMissing, ModelNotFound
     from populora.run_dir import RunDirError
-    from populora.selfplay.runner import peek_config, train
+    from populora.selfplay.runner import StartFailed, peek_config, train
 
     if not args.resume and not args.config:
         print("populora train: give --config PRESET.yaml (or --resume RUN_DIR)", file=sys.stderr)
         return 2
+    if args.resume_if_started:
+        if args.resume or not (args.config and args.run_dir):
+            print("populora train: --resume-if-started needs --config and --run-dir (not --resume)", file=sys.stderr)
+            return 2
+        from populora.run_dir import RunDir
+
+        if RunDir(args.run_dir).holds_run():  # a requeued job: the run's saved config wins
+            args.resume, args.config, args.overrides = args.run_dir, None, []
     # once, before any engine starts (vLLM's CPU platform rewrites LOCAL_WORLD_SIZE); and one GPU per
     # rank before anything (the memory check included) initialises CUDA. The --nproc parent is world 1.
     try:
@@ -82,16 +98,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"populora train: {e}", file=sys.stderr)
         return 2
     cfg = peek_config(args.config, list(args.overrides), args.resume or args.run_dir, bool(args.resume))
+    if cfg is not None and env.rank == 0 and (problem := model_problem_line(cfg.policy.model)) is not None:
+        print(f"populora train: {problem}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     if not args.no_memory_check and (refusal := memory_refusal(cfg)) is not None:
         print(refusal, file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     if args.nproc > 1:
+        for warning in nproc_warnings(args.nproc, cfg):
+            print(f"warning: {warning}", file=sys.stderr)
         argv = [*(["--config", args.config] if args.config else []), *(["--run-dir", args.run_dir] if args.run_dir else []),
                 *(["--resume", args.resume] if args.resume else []), *(["--quiet"] if args.quiet else []),
                 *args.overrides]
         return launch_local_ranks(args.nproc, argv)
+    run_dir = args.resume or args.run_dir
     try:
-        summary = train(args.config, args.overrides, run_dir=args.resume or args.run_dir, resume=bool(args.resume),
+        summary = train(args.config, args.overrides, run_dir=run_dir, resume=bool(args.resume),
                         progress=not args.quiet, env=env, config=cfg)
     except ConfigError as e:
         print(f"populora train: {e}", file=sys.stderr)
@@ -99,6 +121,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (CheckpointError, JsonlError, RunDirError) as e:  # a run directory that cannot be resumed as it is: left unchanged
         print(f"populora train: {e}", file=sys.stderr)
         return 1
+    except (ModelNotFound, EmbeddedModelMissing, StartFailed) as e:  # nothing of the run exists yet
+        print(f"populora train: {e}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    except OSError as e:  # disk full, a file that cannot be read or written: one line naming it
+        print(f"populora train: {os_error_line(e, run_dir or (cfg.run.dir if cfg else None))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        where = run_dir or (cfg.run.dir if cfg else "RUN_DIR")
+        print(f"populora train: interrupted; continue with `populora train --resume {where}` (the last "
+              "checkpoint is intact)", file=sys.stderr)
+        return 130
     except EngineFailure as e:  # every rank stops together; the last checkpoint is intact
         run_dir = getattr(e, "run_dir", None) or args.resume or args.run_dir or "RUN_DIR"
         print(f"populora train: rank {env.rank}: {e}; the last checkpoint is intact: "
@@ -107,6 +140,33 @@ def cmd_train(args: argparse.Namespace) -> int:
     if env.rank != 0:
         return 0  # rank 0 prints the summary
     return _print_or_fail("train", Path(summary["run_dir"]))
+
+
+def model_problem_line(model: str) -> str | None:
+    """Why ``policy.model`` would not load (one line, ``populora.model_source``), checked before the run
+    directory is touched; a cached Hub id whose Hub does not answer is loaded offline."""
+    from populora.model_source import prepare_model_source
+
+    problem = prepare_model_source(model)
+    return f"policy.model={model}: {problem}" if problem else None
+
+
+def nproc_warnings(nproc: int, cfg) -> list[str]:
+    """What ``--nproc W`` costs when W exceeds the CPU cores or the members (said, not refused)."""
+    from populora.cpus import available_cpus
+
+    out = []
+    cores = available_cpus()
+    gpu = cfg is not None and cuda_memory_gib(cfg.policy.device) is not None
+    if not gpu and nproc > cores:
+        out.append(f"--nproc {nproc} starts {nproc} ranks on {cores} CPU core(s): the ranks share cores, so each "
+                   f"step is slower than with --nproc {cores}")
+    if cfg is not None:
+        members = 1 if cfg.population.baseline else cfg.population.teachers + cfg.population.students
+        if nproc > members:
+            out.append(f"--nproc {nproc} starts more ranks than the run has members ({members}): ranks share a member "
+                       f"and all-reduce its gradients (docs/distributed.md); --nproc {members} gives each rank one")
+    return out
 
 
 def memory_refusal(cfg) -> str | None:
@@ -152,6 +212,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     from populora.run_dir import RunDir
 
     rd = Path(args.run_dir)
+    if RunDir(rd).failed_start():
+        from populora.selfplay.runner import never_started_line
+
+        print(never_started_line(RunDir(rd)))
+        return 0
     if not RunDir(rd).holds_run():
         print(f"populora status: {rd} is not a run directory (no {RunDir.CONFIG})", file=sys.stderr)
         return 2

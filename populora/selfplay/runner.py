@@ -14,12 +14,14 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from tqdm import tqdm
 
 from populora import checkpoint
 from populora.checkpoint import Checkpoint, CheckpointError, Unusable, find_latest, set_aside
+from populora.code_version import code_version
 from populora.config import Config, ConfigError, load_config, run_dir_of, to_yaml
 from populora.jsonl import JsonlError, step_of, truncate_jsonl_files
 from populora.policy.engine import EngineFailure
@@ -32,6 +34,11 @@ from populora.selfplay.wandb_log import open_wandb, require_wandb
 # Overrides allowed when resuming: they change how long / where, never what is trained.
 RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard",
                   "run.collective_timeout_s", "run.wandb")
+
+
+class StartFailed(RuntimeError):
+    """The run could not start (its base model or its sandbox did not come up); nothing of the run exists
+    yet, and a new start with corrected settings replaces what the attempt wrote."""
 
 
 class StopFlag:
@@ -70,6 +77,8 @@ def read_run_config(config_file: str | None, overrides: list[str], run_dir: str 
     if run_dir is None:
         raise ConfigError("--resume needs the run directory")
     run = RunDir(run_dir)
+    if run.failed_start():
+        raise ConfigError(never_started_line(run))
     if not run.holds_run():
         raise ConfigError(f"{run.config_file}: missing; is {run.path} a run directory?")
     bad = [o for o in overrides if o.split("=", 1)[0] not in RESUMABLE_KEYS]
@@ -96,10 +105,25 @@ def prepare_run(config_file: str | None, overrides: list[str], run_dir: str | No
     cfg.run.dir = str(rd)
     if not create:
         return cfg, rd
-    if run.holds_run():
-        raise ConfigError(f"{rd} already holds a run; use `populora train --resume {rd}` or choose another run.dir")
-    run.create(to_yaml(cfg))
+    try:
+        start = run.check_new_start()
+    except RunDirError as e:  # a run with steps (resume it) or a directory that holds no run: as a setting
+        raise ConfigError(str(e)) from None
+    if start == "over":  # a failed start, or a run that never completed a step
+        why = run.start_error()
+        print(f"starting {rd} over: its previous start never completed a step"
+              + (f" ({why})" if why else "") + "; its files are replaced", file=sys.stderr, flush=True)
+        run.clear_start()
+    run.create(to_yaml(cfg), code=code_version())
     return cfg, rd
+
+
+def never_started_line(run: RunDir) -> str:
+    """What ``--resume`` and ``status`` say of a start that never got its model loaded."""
+    why = run.start_error()
+    return (f"{run.path}: the run never started" + (f" ({why})" if why else " (its start stopped before the base "
+            "model loaded and step 0 was saved)") + f"; start it again, with corrected settings: `populora train --config PRESET --run-dir "
+            f"{run.path} [key=value ...]`")
 
 
 def train(
@@ -173,7 +197,22 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
         print(f"starting {rd}: loading the base model and starting the sandbox (the progress bar follows)",
               file=sys.stderr, flush=True)
     restore_output = route_library_output(rd) if comm.is_main else (lambda: None)
-    sp = SelfPlay(cfg, rd, comm)
+    try:
+        sp = SelfPlay(cfg, rd, comm)  # the base model loads here
+    except BaseException as e:
+        cause = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+        if comm.is_main:  # a failed start: kept in run.json for `populora status`; a new start replaces it
+            run.record_start_error(cause)
+            if isinstance(e, Exception):
+                with open(run.log_file, "a", encoding="utf-8") as log:
+                    log.write(traceback.format_exc())
+        restore_output()
+        if metrics is not None:
+            metrics.close()
+        if isinstance(e, (ConfigError, ImportError, OSError, EngineFailure)) or not isinstance(e, Exception):
+            raise  # each has its own one line (a missing extra, the environment, a bad setting)
+        raise StartFailed(f"{rd}: the run did not start: {cause} (the traceback is in {run.log_file}); fix it and "
+                          f"start again: `populora train --config PRESET --run-dir {rd} [key=value ...]`") from e
     status = "finished"
     try:
         _record_ranks(run, comm, sp)
@@ -181,6 +220,8 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
             state.restore(sp, ckpt)
         else:
             sp.record_births()
+        if comm.is_main and not run.holds_run():
+            run.mark_started()  # the model loaded and step 0 (the founders) is saved: the run exists
         last_saved, ckpt_seconds = start, None
         bar = tqdm(range(start + 1, cfg.selfplay.steps + 1), desc=cfg.name, unit="step", disable=not progress,
                    initial=start, total=cfg.selfplay.steps)
