@@ -102,6 +102,8 @@ def path_problems(train: ClusterProfile, evaluation: ClusterProfile, models: Seq
     for prof in {train.name: train, evaluation.name: evaluation}.values():
         for bind in prof.container.binds if prof.container else ():
             src, _ = parse_bind(bind)
+            if src == prof.cache:  # the profile's cache directory: created when the sweep is submitted
+                continue
             if not Path(src).expanduser().exists():
                 errors.append(f"profile '{prof.name}' ({prof.source}): container.binds: {src} does not exist")
     data = benchmarks_inside(evaluation, eval_args)

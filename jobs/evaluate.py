@@ -101,17 +101,19 @@ class LeaderboardJob:
     """Merge and score every run's shards, then write the leaderboard of all runs."""
 
     def __init__(self, runs: Sequence[str], benchmarks: str, shards: int, out: str,
-                 extra: Sequence[str] = (), leaderboard_args: Sequence[str] = ()) -> None:
+                 extra: Sequence[str] = (), leaderboard_args: Sequence[str] = (),
+                 run_extra: Mapping[str, Sequence[str]] | None = None) -> None:
         self.runs = list(runs)
         self.benchmarks = benchmarks
         self.shards = shards
         self.out = out
         self.extra = list(extra)
         self.leaderboard_args = list(leaderboard_args)  # e.g. --seed-key (the sweep's seed_key)
+        self.run_extra = {k: list(v) for k, v in (run_extra or {}).items()}  # run dir -> its own eval args
 
     def commands(self) -> list[list[str]]:
         scores = [["eval", "--runs", run, "--benchmarks", self.benchmarks, "--shard", f"0/{self.shards}",
-                   "--stage", "score", *self.extra] for run in self.runs]
+                   "--stage", "score", *self.extra, *self.run_extra.get(run, ())] for run in self.runs]
         return [*scores, ["leaderboard", *self.runs, "--out", self.out, *self.leaderboard_args]]
 
     def __call__(self) -> dict[str, Any]:
@@ -135,15 +137,21 @@ def evaluation_stages(runs: Mapping[str, str | Path], benchmarks: Sequence[str],
                       leaderboard_dir: str | Path, profile: ClusterProfile, logs: str | Path,
                       after: Mapping[str, tuple[str, int | None]] | None = None,
                       max_retries: int | None = None, extra: Sequence[str] = (),
-                      prefix: str = "populora", leaderboard_args: Sequence[str] = ()) -> list[Stage]:
+                      prefix: str = "populora", leaderboard_args: Sequence[str] = (),
+                      run_extra: Mapping[str, Sequence[str]] | None = None,
+                      leaderboard_profile: ClusterProfile | None = None) -> list[Stage]:
     """One evaluation array per run (after ``after[run]`` when given) and one merge + score +
-    leaderboard stage after all of them, without a GPU (merging, scoring and tables need none). ``runs`` maps a run's name to its directory; ``extra``
-    are further ``populora eval`` arguments (``--model``, ``--limit``, ``--samples``, ...), ``leaderboard_args``
-    further ``populora leaderboard`` arguments (``--seed-key``)."""
+    leaderboard stage after all of them, without a GPU (merging, scoring and tables need none): on
+    ``leaderboard_profile`` (a CPU partition's), else on ``profile`` without GPUs. ``runs`` maps a
+    run's name to its directory; ``extra`` are further ``populora eval`` arguments of every run
+    (``--limit``, ``--samples``, ...), ``run_extra`` those of one run (its ``--model``),
+    ``leaderboard_args`` further ``populora leaderboard`` arguments (``--seed-key``)."""
     retries = profile.max_retries if max_retries is None else max_retries
+    run_extra = run_extra or {}
     stages: list[Stage] = []
     for name, run_dir in runs.items():
-        shard_list = eval_shards(name, [str(Path(run_dir).absolute())], benchmarks, shards, extra)
+        shard_list = eval_shards(name, [str(Path(run_dir).absolute())], benchmarks, shards,
+                                 (*extra, *run_extra.get(name, ())))
         stages.append(Stage(
             key=f"eval:{name}", name=f"{prefix}-eval-{name}", profile=profile,
             folder=Path(logs).absolute() / "eval" / name / "%j",
@@ -151,9 +159,10 @@ def evaluation_stages(runs: Mapping[str, str | Path], benchmarks: Sequence[str],
             after=[after[name]] if after and name in after else [],
         ))
     board = LeaderboardJob([str(Path(r).absolute()) for r in runs.values()], ",".join(benchmarks), shards,
-                           str(Path(leaderboard_dir).absolute()), extra, leaderboard_args)
+                           str(Path(leaderboard_dir).absolute()), extra, leaderboard_args,
+                           {str(Path(runs[n]).absolute()): v for n, v in run_extra.items() if n in runs})
     stages.append(Stage(
-        key="leaderboard", name=f"{prefix}-leaderboard", profile=profile.without_gpus(),
+        key="leaderboard", name=f"{prefix}-leaderboard", profile=(leaderboard_profile or profile).without_gpus(),
         folder=Path(logs).absolute() / "leaderboard" / "%j", calls=[board], labels=["leaderboard"],
         after=[(s.key, None) for s in stages],
     ))

@@ -88,6 +88,22 @@ def _export_line(key: str, value: str) -> str:
     return f'export {key}="{escaped}"'
 
 
+def job_setup(profile: ClusterProfile) -> list[str]:
+    """The shell lines before a job's command: which copy of the code runs (docs/hpc.md, "Which code runs
+    in jobs"), then the profile's ``env`` and ``setup``.
+
+    A job imports ``populora``, ``eval`` and ``jobs`` from its Python's installed packages (the image's
+    ``/opt/populora`` in a container), never from the directory it was submitted from: Slurm starts a
+    job there, and ``python -m submitit.core._submit`` would put it first on ``sys.path``
+    (``PYTHONSAFEPATH=1`` stops that, Python >= 3.11), and the submitting shell's ``PYTHONPATH`` is
+    dropped (a profile that needs one sets it in ``env``). Each run records the commit it ran
+    (``run.json``, ``populora.code_version``)."""
+    lines = ["export PYTHONSAFEPATH=1"]
+    if "PYTHONPATH" not in profile.env:
+        lines.append("unset PYTHONPATH")
+    return lines + [_export_line(k, v) for k, v in profile.env.items()] + list(profile.setup)
+
+
 def _mem(mem_gb: float) -> str:
     return f"{int(mem_gb)}GB" if mem_gb == int(mem_gb) else f"{int(mem_gb * 1024)}MB"
 
@@ -110,6 +126,7 @@ def slurm_parameters(profile: ClusterProfile, name: str, dependency: str | None 
     for key in ("account", "qos", "constraint"):
         if getattr(profile, key):
             params[key] = getattr(profile, key)
+    params["wckey"] = profile.wckey or None  # None: no --wckey line (submitit writes "submitit" otherwise)
     if profile.gpus_per_node:
         params["gres"] = f"gpu:{profile.gpus_per_node}"
     if tasks and profile.tasks_per_node > 1:
@@ -118,9 +135,7 @@ def slurm_parameters(profile: ClusterProfile, name: str, dependency: str | None 
         params["mem"] = _mem(profile.mem_gb)
     if profile.exclusive:
         params["exclusive"] = True
-    setup = [_export_line(k, v) for k, v in profile.env.items()] + list(profile.setup)
-    if setup:
-        params["setup"] = setup
+    params["setup"] = job_setup(profile)
     if dependency:
         params["dependency"] = dependency
     if profile.sbatch_extra:
@@ -176,9 +191,8 @@ def make_executor(profile: ClusterProfile, folder: str | Path, name: str = "popu
         if dependency:
             raise ProfileError(f"profile '{profile.name}': the local executor cannot express dependencies")
         executor = submitit.LocalExecutor(folder, max_num_timeout=profile.max_num_timeout, python=python)
-        setup = [_export_line(k, v) for k, v in profile.env.items()] + list(profile.setup)
         executor.update_parameters(timeout_min=profile.time_min, gpus_per_node=profile.gpus_per_node,
-                                   signal_delay_s=profile.signal_delay_s, setup=setup,
+                                   signal_delay_s=profile.signal_delay_s, setup=job_setup(profile),
                                    tasks_per_node=profile.tasks_per_node if tasks else 1)
         return executor
     require_slurm(profile)

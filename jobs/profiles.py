@@ -4,7 +4,9 @@ A profile names the executor (``slurm`` for a real cluster, ``local`` for subpro
 machine, ``debug`` for in-process runs in tests), the Slurm resources of one job (partition,
 account, qos, GPUs, CPUs, memory, time), how jobs are wrapped (container image and binds,
 environment variables, setup lines) and the retry policy (requeues on time limit, retries of a
-failed evaluation shard). Every key of a profile file must be a field of :class:`ClusterProfile`
+failed evaluation shard), the Slurm ``wckey`` (none unless the profile names one) and the ``cache``
+directory of the jobs' downloads and compiled kernels (see :data:`CACHE_DIRS`). Every key of a
+profile file must be a field of :class:`ClusterProfile`
 (or of :class:`ContainerSpec` under ``container:``); a misspelled key is an error that names the
 file and lists the valid keys, so a typo never silently falls back to a default.
 """
@@ -24,6 +26,15 @@ EXECUTORS = ("slurm", "local", "debug")
 CONTAINER_RUNTIMES = ("apptainer", "charliecloud")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROFILES_ENV = "POPULORA_PROFILES_DIR"
+# A profile's ``cache: DIR`` (a host directory) holds every cache a job writes, one subdirectory per
+# variable, instead of the defaults under $HOME (often small, and the container's $HOME): the Hugging
+# Face hub and datasets, vLLM's compiled graphs, torch hub and inductor, Triton kernels, the embedded
+# models, and anything that follows XDG. A container sees DIR at CACHE_MOUNT (bound); without a
+# container the variables point at DIR itself. An ``env:`` entry of the profile wins over these.
+CACHE_DIRS = {"HF_HOME": "huggingface", "VLLM_CACHE_ROOT": "vllm", "TORCH_HOME": "torch",
+              "TORCHINDUCTOR_CACHE_DIR": "torchinductor", "TRITON_CACHE_DIR": "triton",
+              "POPULORA_CACHE": "populora", "XDG_CACHE_HOME": "xdg"}
+CACHE_MOUNT = "/cache"  # created in the image (containers/populora.def)
 
 
 class ProfileError(ValueError):
@@ -79,6 +90,8 @@ class ClusterProfile:
     env: dict[str, str] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
     sbatch_extra: dict[str, str] = field(default_factory=dict)
+    wckey: str | None = None  # sbatch --wckey (None: no --wckey line; submitit's own default is "submitit")
+    cache: str | None = None  # host directory of the jobs' caches (CACHE_DIRS); None: the libraries' defaults
     source: str = "<built in code>"
 
     def replace(self, **changes: Any) -> ClusterProfile:
@@ -232,12 +245,28 @@ def profile_from_dict(name: str, data: dict[str, Any], source: str = "<dict>") -
             kwargs[key] = _string_dict(where, key, value)
         elif key == "setup":
             kwargs[key] = _string_tuple(where, key, value)
-        else:  # partition, account, qos, constraint
+        else:  # partition, account, qos, constraint, wckey, cache
             kwargs[key] = str(value)
+    if kwargs.get("cache"):
+        kwargs["cache"] = str(Path(os.path.expandvars(kwargs["cache"])).expanduser().absolute())
+        kwargs["env"], container = with_cache(kwargs["cache"], kwargs.get("env", {}), kwargs.get("container"))
+        if container is not None:
+            kwargs["container"] = container
     profile = ClusterProfile(**kwargs)
     if profile.executor == "slurm" and not profile.partition:
         raise ProfileError(f"{where}: a slurm profile needs 'partition'")
     return profile
+
+
+def with_cache(cache: str, env: dict[str, str], container: ContainerSpec | None
+               ) -> tuple[dict[str, str], ContainerSpec | None]:
+    """The environment and container of a profile whose caches live in host directory ``cache``: each
+    variable of CACHE_DIRS set (unless ``env`` sets it), and ``cache`` bound at CACHE_MOUNT."""
+    inside = CACHE_MOUNT if container is not None else cache
+    merged = {**{k: f"{inside}/{sub}" for k, sub in CACHE_DIRS.items()}, **env}
+    if container is not None:
+        container = dataclasses.replace(container, binds=(*container.binds, f"{cache}:{CACHE_MOUNT}"))
+    return merged, container
 
 
 def load_profile(name_or_path: str | os.PathLike[str]) -> ClusterProfile:

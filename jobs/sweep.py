@@ -4,9 +4,13 @@ A sweep file (``configs/sweeps/<name>.yaml``) names a config preset and the grid
 
     name: populations-7b            # the sweep directory defaults to sweeps/<name>
     config: configs/tiny.yaml       # preset every run starts from
+    model: /models/Qwen2.5-Coder-7B # the base model, written once: policy.model of every run and the
+                                    # --model of its evaluation (default: the preset's policy.model)
     profile: paper-8xh100           # cluster profile of the training jobs (--profile overrides it)
     eval_profile: paper-1xh100      # profile of evaluation jobs (default: the training profile's
                                     # evaluation shape: one GPU, one rank's CPUs and memory)
+    leaderboard_profile: paper-cpu  # profile of the leaderboard job, which needs no GPU (default:
+                                    # the evaluation profile without GPUs)
     populations: [1t1s, 4t4s, 8t8s, baseline]   # built-in names, or a mapping name -> [overrides]
     seeds: [0, 1, 2]
     seed_key: seed                  # config key that receives the seed
@@ -20,7 +24,10 @@ A training job runs one rank per GPU (the profile's ``tasks_per_node``). Populat
 several of them on one node; they are submitted as their own training array (``train:<k>gpu``).
 
 Overrides are opaque ``key=value`` strings handed to the training command; every run's config is
-validated with ``populora.config.load_config`` before anything is submitted.
+validated with ``populora.config.load_config`` before anything is submitted. Each run is evaluated
+on the base model it trained on (its ``policy.model``, passed as ``--model``): ``eval.args`` need not
+name it, and a ``--model`` there that differs is refused by the preflight (``jobs/preflight.py``),
+which also checks every model, benchmark file, bind and the disk the sweep will use.
 
 Sweep directory (refused if it exists)::
 
@@ -59,8 +66,8 @@ POPULATIONS: dict[str, tuple[str, ...]] = {
     "8t8s": ("population.teachers=8", "population.students=8", "population.baseline=false"),
     "baseline": ("population.teachers=1", "population.students=1", "population.baseline=true"),
 }
-SPEC_KEYS = ("name", "config", "profile", "eval_profile", "populations", "seeds", "seed_key", "grid",
-             "overrides", "gpus", "eval", "out")
+SPEC_KEYS = ("name", "config", "model", "profile", "eval_profile", "leaderboard_profile", "populations", "seeds",
+             "seed_key", "grid", "overrides", "gpus", "eval", "out")
 EVAL_KEYS = ("benchmarks", "shards", "max_retries", "args")
 MANIFEST = "manifest.json"
 
@@ -81,8 +88,10 @@ class SweepSpec:
     name: str
     config: str
     source: str = "<dict>"
+    model: str | None = None  # the base model of every run (policy.model) and of its evaluation (--model)
     profile: str = "local"
     eval_profile: str | None = None
+    leaderboard_profile: str | None = None
     populations: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"1t1s": POPULATIONS["1t1s"]})
     seeds: tuple[int, ...] = (0,)
     seed_key: str = "seed"
@@ -135,6 +144,9 @@ def spec_from_dict(data: dict[str, Any], source: str = "<dict>") -> SweepSpec:
     if data.get("profile"):
         spec.profile = str(data["profile"])
     spec.eval_profile = data.get("eval_profile")
+    spec.leaderboard_profile = data.get("leaderboard_profile")
+    if data.get("model") is not None:
+        spec.model = str(data["model"])
     if "populations" in data:
         spec.populations = _populations(where, data["populations"])
     seeds = data.get("seeds", [0])
@@ -153,6 +165,8 @@ def spec_from_dict(data: dict[str, Any], source: str = "<dict>") -> SweepSpec:
     if not isinstance(overrides, list) or not all(isinstance(o, str) and "=" in o for o in overrides):
         raise SweepError(f"{where}: overrides must be a list of key=value strings, got {overrides!r}")
     spec.overrides = tuple(overrides)
+    if spec.model and any(o.startswith("policy.model=") for o in spec.overrides):
+        raise SweepError(f"{where}: the model is given twice (model: and policy.model= in overrides); keep model:")
     gpus = data.get("gpus") or {}
     if not isinstance(gpus, dict):
         raise SweepError(f"{where}: gpus must be a mapping population -> GPUs per run, got {gpus!r}")
@@ -180,6 +194,9 @@ def spec_from_dict(data: dict[str, Any], source: str = "<dict>") -> SweepSpec:
     if not isinstance(eval_args, list):
         raise SweepError(f"{where}: eval.args must be a list of `populora eval` arguments, got {eval_args!r}")
     spec.eval_args = tuple(str(a) for a in eval_args)
+    if spec.model and "--model" in spec.eval_args:
+        raise SweepError(f"{where}: the model is given twice (model: and --model in eval.args); keep model:, "
+                         "which every run's evaluation uses")
     spec.out = data.get("out")
     return spec
 
@@ -207,7 +224,8 @@ def expand_runs(spec: SweepSpec) -> list[RunSpec]:
                                                itertools.product(*(spec.grid[k] for k in keys))):
         name = f"{pop}-s{seed}" + "".join(f"-{k.split('.')[-1]}{_value_text(v)}" for k, v in zip(keys, values))
         name = re.sub(r"[^A-Za-z0-9._=-]", "_", name)
-        overrides = (*spec.overrides, f"run.wandb_group={spec.name}", f"run.wandb_name={name}",
+        model = (f"policy.model={spec.model}",) if spec.model else ()
+        overrides = (*model, *spec.overrides, f"run.wandb_group={spec.name}", f"run.wandb_name={name}",
                      *spec.populations[pop], f"{spec.seed_key}={seed}",
                      *(f"{k}={_value_text(v)}" for k, v in zip(keys, values)))
         runs.append(RunSpec(name, overrides, spec.gpus.get(pop)))
@@ -225,15 +243,41 @@ def resolve_config(spec: SweepSpec) -> Path:
     raise SweepError(f"sweep file {spec.source}: config {spec.config} does not exist")
 
 
-def validate_run_configs(config: Path, runs: Sequence[RunSpec]) -> None:
-    """Load every run's config with its overrides so a bad key fails before submission."""
+def validate_run_configs(config: Path, runs: Sequence[RunSpec]) -> dict[str, Any]:
+    """Load every run's config with its overrides so a bad key fails before submission; returns them
+    by run name."""
     from populora.config import load_config
 
+    configs = {}
     for run in runs:
         try:
-            load_config(str(config), list(run.overrides))
+            configs[run.name] = load_config(str(config), list(run.overrides))
         except Exception as exc:
             raise SweepError(f"run {run.name} ({config} + {' '.join(run.overrides)}): {exc}") from exc
+    return configs
+
+
+def run_models(config: Path, runs: Sequence[RunSpec], configs: dict[str, Any] | None = None) -> dict[str, str]:
+    """The base model of every run: its resolved config's ``policy.model`` (or, without configs, its
+    last ``policy.model=`` override, else the preset's)."""
+    if configs:
+        return {r.name: configs[r.name].policy.model for r in runs}
+    preset = None
+    out = {}
+    for r in runs:
+        given = [o.split("=", 1)[1] for o in r.overrides if o.startswith("policy.model=")]
+        if not given and preset is None:
+            from populora.config import load_config
+
+            preset = load_config(str(config)).policy.model
+        out[r.name] = given[-1] if given else preset
+    return out
+
+
+def eval_args_of(spec: SweepSpec, model: str) -> tuple[str, ...]:
+    """``populora eval`` arguments of one run: the sweep's, with ``--model`` the run's base model unless
+    the sweep's arguments name one (the preflight refuses one that differs)."""
+    return spec.eval_args if "--model" in spec.eval_args else (*spec.eval_args, "--model", model)
 
 
 @dataclass
@@ -244,6 +288,11 @@ class SweepPlan:
     stages: list[Stage]
     profile: ClusterProfile
     eval_profile: ClusterProfile
+    leaderboard_profile: ClusterProfile | None = None
+    config: Path | None = None  # the preset every run starts from
+    configs: dict[str, Any] = field(default_factory=dict)  # run name -> resolved Config (when validated)
+    models: dict[str, str] = field(default_factory=dict)  # run name -> base model (policy.model)
+    eval_args: dict[str, tuple[str, ...]] = field(default_factory=dict)  # run name -> `populora eval` args
 
 
 def _profile(value: str | ClusterProfile) -> ClusterProfile:
@@ -252,28 +301,34 @@ def _profile(value: str | ClusterProfile) -> ClusterProfile:
 
 def build_plan(spec: SweepSpec, sweep_dir: str | Path | None = None, profile: str | ClusterProfile | None = None,
                entry: str | Callable[..., dict] = DEFAULT_ENTRY, validate: bool = True,
-               eval_profile: str | ClusterProfile | None = None) -> SweepPlan:
+               eval_profile: str | ClusterProfile | None = None,
+               leaderboard_profile: str | ClusterProfile | None = None) -> SweepPlan:
     """Expand the grid and lay out every job; nothing is written or submitted.
 
-    ``profile`` / ``eval_profile`` override the sweep file's. Evaluation is never sized as training
-    unless asked: its profile is ``eval_profile``, else the sweep file's ``eval_profile``, else the
-    training profile's evaluation shape (``ClusterProfile.for_evaluation``: one GPU, one rank's CPUs
-    and memory); the leaderboard job runs without a GPU."""
+    ``profile`` / ``eval_profile`` / ``leaderboard_profile`` override the sweep file's. Evaluation is
+    never sized as training unless asked: its profile is ``eval_profile``, else the sweep file's
+    ``eval_profile``, else the training profile's evaluation shape (``ClusterProfile.for_evaluation``:
+    one GPU, one rank's CPUs and memory). The leaderboard job runs on ``leaderboard_profile`` (a CPU
+    partition's, e.g. ``paper-cpu``), else on the evaluation profile without a GPU."""
     sweep_dir = Path(sweep_dir or spec.out or Path("sweeps") / spec.name).absolute()
     train_profile = _profile(profile or spec.profile)
     eval_choice = eval_profile or spec.eval_profile
     eval_prof = _profile(eval_choice) if eval_choice else train_profile.for_evaluation()
+    board_choice = leaderboard_profile or spec.leaderboard_profile
+    board_prof = _profile(board_choice) if board_choice else None
     config = resolve_config(spec)
     runs = expand_runs(spec)
-    if validate:
-        validate_run_configs(config, runs)
+    configs = validate_run_configs(config, runs) if validate else {}
+    models = run_models(config, runs, configs)
+    eval_args = {r.name: eval_args_of(spec, models[r.name]) for r in runs}
     run_dirs = {r.name: sweep_dir / "runs" / r.name for r in runs}
     trains, after = training_stages(spec, runs, run_dirs, config, train_profile, sweep_dir, entry)
     evals = evaluation_stages(run_dirs, spec.benchmarks, spec.shards, sweep_dir / "leaderboard", eval_prof,
-                              sweep_dir / "logs", after=after, max_retries=spec.max_retries, extra=spec.eval_args,
-                              prefix=spec.name,
+                              sweep_dir / "logs", after=after, max_retries=spec.max_retries, extra=(),
+                              prefix=spec.name, run_extra=eval_args, leaderboard_profile=board_prof,
                               leaderboard_args=("--seed-key", spec.seed_key) if spec.seed_key != "seed" else ())
-    return SweepPlan(spec, sweep_dir, runs, [*trains, *evals], train_profile, eval_prof)
+    return SweepPlan(spec, sweep_dir, runs, [*trains, *evals], train_profile, eval_prof, board_prof, config,
+                     configs, models, eval_args)
 
 
 def training_stages(spec: SweepSpec, runs: Sequence[RunSpec], run_dirs: dict[str, Path], config: Path,
@@ -324,14 +379,18 @@ def submit_sweep(plan: SweepPlan, wait_local: bool = True) -> dict[str, Any]:
     other, and with ``wait_local`` the call returns when the last stage has finished."""
     if plan.sweep_dir.exists():
         raise SweepError(f"sweep directory {plan.sweep_dir} already exists; choose another --out or remove it")
-    for prof in (plan.profile, plan.eval_profile):
+    profiles = {s.profile.name: s.profile for s in plan.stages}
+    for prof in profiles.values():
         preflight(prof)
-    errors, warnings = container_problems(plan)
-    for w in warnings:
+    pf = run_preflight(plan)
+    for w in pf.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    if errors:
-        raise SweepError("nothing was submitted:\n  " + "\n  ".join(errors) + "\n(see docs/hpc.md, "
-                         "'Benchmark data and the model inside the container')")
+    if pf.errors:
+        raise SweepError("nothing was submitted:\n  " + "\n  ".join(pf.errors) + "\n(see docs/hpc.md, "
+                         "'The preflight')")
+    for prof in profiles.values():
+        if prof.cache:
+            Path(prof.cache).mkdir(parents=True, exist_ok=True)
     plan.sweep_dir.mkdir(parents=True)
     (plan.sweep_dir / "runs").mkdir()
     if Path(plan.spec.source).is_file():
@@ -356,21 +415,11 @@ def submit_sweep(plan: SweepPlan, wait_local: bool = True) -> dict[str, Any]:
     return manifest
 
 
-def sweep_models(plan: SweepPlan) -> list[str]:
-    """The base models the runs train on (``policy.model`` of each run's overrides, else the preset's)."""
-    models = [o.split("=", 1)[1] for r in plan.runs for o in r.overrides if o.startswith("policy.model=")]
-    if len(models) < len(plan.runs):
-        from populora.config import load_config
+def run_preflight(plan: SweepPlan):
+    """Every check before submission (``jobs.preflight``): models, benchmark files, binds, disk."""
+    from jobs.preflight import run_preflight as check
 
-        models.append(load_config(str(resolve_config(plan.spec))).policy.model)
-    return list(dict.fromkeys(models))
-
-
-def container_problems(plan: SweepPlan) -> tuple[list[str], list[str]]:
-    """(errors, warnings) about the data and models the jobs need to see (jobs.container_paths)."""
-    from jobs.container_paths import path_problems
-
-    return path_problems(plan.profile, plan.eval_profile, sweep_models(plan), plan.spec.eval_args)
+    return check(plan)
 
 
 def record_local_results(sweep_dir: Path, manifest: dict[str, Any], submitted: dict[str, SubmittedStage]) -> None:
@@ -396,28 +445,35 @@ def describe_submission(manifest: dict[str, Any]) -> str:
 
 def describe_plan(plan: SweepPlan) -> str:
     ev = plan.eval_profile
+    board = next((s.profile for s in plan.stages if s.key == "leaderboard"), None)
     lines = [f"sweep {plan.spec.name}: {len(plan.runs)} run(s) -> {plan.sweep_dir}",
              f"profile {plan.profile.name} ({plan.profile.source}); eval profile {ev.name} ({ev.source}): "
-             f"{ev.gpus} GPU(s), {ev.cpus_per_task} CPU(s), {ev.mem_gb or 'default'} GB per shard"]
+             f"{ev.gpus} GPU(s), {ev.cpus_per_task} CPU(s), {ev.mem_gb or 'default'} GB per shard"
+             + (f"; leaderboard profile {board.name} ({board.source}, partition {board.partition})" if board else "")]
+    models = sorted(set(plan.models.values()))
+    if models:
+        lines.append(f"base model (training and evaluation): {', '.join(models)}")
     lines += [f"  run {r.name} ({plan.profile.gpus if r.gpus is None else r.gpus} GPU(s)): {' '.join(r.overrides)}"
               for r in plan.runs]
     return "\n".join(lines)
 
 
-def dry_run_text(plan: SweepPlan) -> str:
-    """What ``--dry-run`` prints: the runs, GPUs and GPU-hours per stage and in total, then every
-    sbatch script (or the local job list)."""
+def dry_run_text(plan: SweepPlan, pf=None) -> str:
+    """What ``--dry-run`` prints: the runs, the preflight's problems (one line each), the disk each run
+    writes, GPUs and GPU-hours per stage and in total, then every sbatch script (or the local job list)."""
+    from jobs.preflight import disk_table
     from jobs.resources import resources_table
 
+    pf = pf if pf is not None else run_preflight(plan)
     if all(s.profile.executor == "slurm" for s in plan.stages):
         body = render_stages(plan.stages)
     else:
         body = "\n".join(f"### stage {s.key} ({s.profile.executor} executor): {', '.join(s.labels)}"
                          for s in plan.stages)
-    errors, warnings = container_problems(plan)
-    notes = [f"would refuse to submit: {e}" for e in errors] + [f"warning: {w}" for w in warnings]
+    notes = [f"would refuse to submit: {e}" for e in pf.errors] + [f"warning: {w}" for w in pf.warnings]
     head = describe_plan(plan) + ("\n" + "\n".join(notes) if notes else "")
-    return head + "\n\n" + resources_table(plan.stages) + "\n\n" + body
+    disk = disk_table(pf)
+    return head + "\n\n" + (disk + "\n\n" if disk else "") + resources_table(plan.stages) + "\n\n" + body
 
 
 def check_profile_name(name: str) -> None:

@@ -151,10 +151,11 @@ def test_debug_sweep_runs_stages_in_order_and_writes_manifest(tmp_path, monkeypa
     summary = json.loads((sw / "runs" / "baseline-s1" / "summary.json").read_text())
     assert "population.baseline=true" in summary["overrides"] and summary["handle_signals"] is False
     run = str(sw / "runs" / "1t1s-s0")
+    # each run is evaluated on the model it trained on (the preset's policy.model: tiny)
     assert calls[0] == ["eval", "--runs", run, "--benchmarks", "gsm8k,humaneval_plus", "--shard", "0/2",
-                        "--stage", "generate", "--limit", "2"]
+                        "--stage", "generate", "--limit", "2", "--model", "tiny"]
     assert len(calls) == 8 + 4 + 1  # 4 runs x 2 shards, 4 scores, 1 leaderboard
-    assert calls[8][-4:] == ["0/2", "--stage", "score", "--limit", "2"][-4:]
+    assert calls[8][-6:] == ["--stage", "score", "--limit", "2", "--model", "tiny"]
     assert calls[-1] == ["leaderboard", *(str(sw / "runs" / r) for r in
                                           ("1t1s-s0", "1t1s-s1", "baseline-s0", "baseline-s1")),
                          "--out", str(sw / "leaderboard")]

@@ -1,4 +1,5 @@
-"""`populora sweep SWEEP.yaml [--dry-run] [--profile P] [--eval-profile P] [--out DIR] [--wait S]` and
+"""`populora sweep SWEEP.yaml [--dry-run] [--profile P] [--eval-profile P] [--leaderboard-profile P] [--out DIR]
+[--wait S]` and
 `populora sweep status DIR`: grids of training runs submitted as job arrays, then evaluation
 arrays and a leaderboard (see jobs/sweep.py for the sweep file and directory layout)."""
 
@@ -16,11 +17,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("target", nargs="+", metavar="SWEEP.yaml | status DIR",
                    help="a sweep file to submit, or `status` and a sweep directory")
-    p.add_argument("--dry-run", action="store_true", help="print the runs and sbatch scripts; submit nothing (exit 1 if the submission would be refused)")
+    p.add_argument("--dry-run", action="store_true", help="run the preflight (models, benchmark files, binds, disk) "
+                   "and print the runs, the disk table and the sbatch scripts; submit nothing (exit 1, one line per "
+                   "problem, if the submission would be refused)")
     p.add_argument("--profile", help="cluster profile of the training jobs (name in slurm/profiles or a YAML path)")
     p.add_argument("--eval-profile", help="cluster profile of the evaluation jobs (default: the sweep file's "
                    "eval_profile, else one GPU and one rank's CPUs and memory of the training profile); "
                    "the leaderboard job runs on it without a GPU")
+    p.add_argument("--leaderboard-profile", help="cluster profile of the leaderboard job, which needs no GPU "
+                   "(default: the sweep file's leaderboard_profile, else the evaluation profile without GPUs)")
     p.add_argument("--out", help="sweep directory (default: the sweep file's `out`, else sweeps/<name>)")
     p.add_argument("--wait", type=float, metavar="SECONDS",
                    help="after submitting (or with status), poll until every job ends or SECONDS pass")
@@ -43,10 +48,14 @@ def run(args: argparse.Namespace) -> int:
             print("usage: populora sweep SWEEP.yaml [--dry-run] [--profile P] [--out DIR]", file=sys.stderr)
             return 2
         spec = sweep.load_spec(args.target[0])
-        plan = sweep.build_plan(spec, args.out, args.profile, eval_profile=args.eval_profile)
+        plan = sweep.build_plan(spec, args.out, args.profile, eval_profile=args.eval_profile,
+                                leaderboard_profile=args.leaderboard_profile)
         if args.dry_run:
-            print(sweep.dry_run_text(plan))
-            return 1 if sweep.container_problems(plan)[0] else 0  # 1: the submission would be refused
+            pf = sweep.run_preflight(plan)
+            print(sweep.dry_run_text(plan, pf))
+            for e in pf.errors:  # the refusals again, last, where a long dry run ends
+                print(f"populora sweep: would refuse to submit: {e}", file=sys.stderr)
+            return 1 if pf.errors else 0  # 1: the submission would be refused
         manifest = sweep.submit_sweep(plan)
         print(sweep.describe_submission(manifest))
         if args.wait:
