@@ -165,6 +165,7 @@ def score_rows(who: EvalAdapter, bench: str, verdicts: Mapping[str, ScoredAnswer
         rows.append({"key": who.key, "run": who.run, "member_id": who.member_id, "role": who.role, "benchmark": bench,
                      "metric": metric, "column": column, "value": value, "n": n,
                      "passed": int(passed) if samples == 1 else passed, "ci95": [lo, hi], "samples": samples,
+                     "avg_at_n": value,
                      "pass_at_k": {str(k): v for k, v in pass_at_k_curve(list(correct.values()), samples).items()} if n else {},
                      "solve_rates": {i: c / samples for i, c in correct.items()}})
     return rows

@@ -157,7 +157,7 @@ def test_score_rows_carry_pass_at_k_avg_and_solve_rates():
                       {i: [ScoredAnswer({"acc": v}) for v in vs] for i, vs in verdicts.items()})
     [row] = rows
     assert row["samples"] == 4 and row["n"] == 3
-    assert row["value"] == pytest.approx((1 + 0 + 3) / 12)
+    assert row["value"] == row["avg_at_n"] == pytest.approx((1 + 0 + 3) / 12)
     assert row["solve_rates"] == {"a": 0.25, "b": 0.0, "c": 0.75}
     for k in range(1, 5):
         assert row["pass_at_k"][str(k)] == pytest.approx((pass_at_k(4, 1, k) + 0 + pass_at_k(4, 3, k)) / 3)
