@@ -212,3 +212,15 @@ def test_ctrl_c_during_eval_says_how_to_continue(monkeypatch, capsys):
     assert main(["eval", "--runs", "runs/x"]) == 130
     line = one_line(capsys.readouterr().err)
     assert line.startswith("interrupted; ") and "run the same command again to continue" in line
+
+
+def test_a_vllm_preset_without_vllm_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch):
+    import populora.extras
+
+    real = populora.extras.available
+    monkeypatch.setattr(populora.extras, "available", lambda m: m != "vllm" and real(m))
+    code = main(["train", "--config", TINY, "--run-dir", str(tmp_path / "r"), "policy.engine=vllm",
+                 "policy.lora.rank=8"])
+    line = one_line(capsys.readouterr().err)
+    assert code == 2 and "policy.engine=vllm: needs the 'vllm' extra" in line and "pip install" in line
+    assert not (tmp_path / "r").exists()

@@ -98,6 +98,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"populora train: {e}", file=sys.stderr)
         return 2
     cfg = peek_config(args.config, list(args.overrides), args.resume or args.run_dir, bool(args.resume))
+    if cfg is not None and cfg.policy.engine == "vllm":
+        from populora.extras import MissingExtra, available
+
+        if not available("vllm"):  # before anything starts, instead of the engine's import error
+            raise MissingExtra("vllm", "vllm", "populora train: policy.engine=vllm")
     if cfg is not None and env.rank == 0 and (problem := model_problem_line(cfg.policy.model)) is not None:
         print(f"populora train: {problem}", file=sys.stderr)
         return EXIT_ENVIRONMENT

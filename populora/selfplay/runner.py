@@ -23,6 +23,7 @@ from populora import checkpoint
 from populora.checkpoint import Checkpoint, CheckpointError, Unusable, find_latest, set_aside
 from populora.code_version import code_version
 from populora.config import Config, ConfigError, load_config, run_dir_of, to_yaml
+from populora.extras import MissingExtra
 from populora.jsonl import JsonlError, step_of, truncate_jsonl_files
 from populora.policy.engine import EngineFailure
 from populora.run_dir import RunDir, RunDirError
@@ -209,7 +210,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
         restore_output()
         if metrics is not None:
             metrics.close()
-        if isinstance(e, (ConfigError, ImportError, OSError, EngineFailure)) or not isinstance(e, Exception):
+        if isinstance(e, (ConfigError, MissingExtra, OSError, EngineFailure)) or not isinstance(e, Exception):
             raise  # each has its own one line (a missing extra, the environment, a bad setting)
         raise StartFailed(f"{rd}: the run did not start: {cause} (the traceback is in {run.log_file}); fix it and "
                           f"start again: `populora train --config PRESET --run-dir {rd} [key=value ...]`") from e
