@@ -1,6 +1,6 @@
 """`populora eval` and `populora leaderboard`: evaluate the adapters of runs, then tabulate them.
 
-    populora eval --runs runs/a runs/b --benchmarks code,math [--adapters ID ...] [--limit N]
+    populora eval runs/a runs/b --benchmarks code,math [--adapters ID ...] [--limit N]
     populora eval --runs runs/a --shard 3/8 --stage generate     # one Slurm array task
     populora eval --runs runs/a --shard 0/8 --stage score        # merge all 8 shards, then score
     populora eval --runs runs/a runs/b --samples 8               # pass@1..8 (T 0.6, top-p 0.95, seeded)
@@ -91,7 +91,9 @@ class Engines:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate adapters of runs (and the base model) on code and math benchmarks")
-    p.add_argument("--runs", nargs="+", required=True, help="run directories (each with members.json)")
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (each with members.json), as "
+                   "`populora leaderboard` and `report` take them")
+    p.add_argument("--runs", nargs="+", metavar="RUN_DIR", help="the same as an option (what sweep jobs pass)")
     p.add_argument("--benchmarks", default="code,math", help="comma list: code, math, all or benchmark names")
     p.add_argument("--adapters", nargs="+", help="only these member ids (or run/member)")
     p.add_argument("--no-base", action="store_true", help="do not evaluate the bare base model")
@@ -103,8 +105,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                              help="generation engine, policy.engine (default: the policy's default); one module "
                                   "populora/policy/<name>_engine.py each: %(engines)s")
     backend.engines = Engines()  # the help's %(engines)s
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
+    p.add_argument("--device", default="auto", help="cpu, cuda or cuda:N (default auto: CUDA when present)")
+    p.add_argument("--dtype", default="auto", help="float32, bfloat16 or float16 (default auto: bf16 on CUDA)")
     p.add_argument("--max-batch-size", type=int, default=64, help="rows decoded together by the backend")
     p.add_argument("--policy", type=_kv, action="append", default=[], metavar="KEY=VALUE",
                    help="any other engine setting of the run config's policy: section (repeatable), "
@@ -123,14 +125,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", type=_kv, action="append", default=[], metavar="BENCH=PATH",
                    help="benchmark file (LiveCodeBench: directory of test*.jsonl); repeatable")
     p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
-    p.add_argument("--lcb-release", default="release_v5")
+    p.add_argument("--lcb-release", default="release_v5", help="LiveCodeBench release (default release_v5)")
     p.add_argument("--lcb-start", default="2024-08-01", help="first contest date (ISO), inclusive")
     p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), inclusive (as LCB)")
     p.add_argument("--lcb-timeout", type=int, default=6, help="LiveCodeBench per-test alarm in seconds (LCB: 6)")
     p.add_argument("--skip-missing", action="store_true", help="skip benchmarks whose data is not available (says which)")
     p.add_argument("--shard", default="0/1", help="i/N: this process's share of adapter x benchmark x slice")
-    p.add_argument("--stage", default="all", choices=("all", "generate", "merge", "score"))
-    p.add_argument("--slice-size", type=int, default=64)
+    p.add_argument("--stage", default="all", choices=("all", "generate", "merge", "score"),
+                   help="generate (this --shard only), merge, score (merge + score) or all (default)")
+    p.add_argument("--slice-size", type=int, default=64, help="items per work unit split over shards (default 64)")
     p.add_argument("--workdir", help="generations and scores (default: <first run>/eval/work)")
     p.add_argument("--evalplus-max-memory-gb", type=float,
                    help="address-space limit of EvalPlus test processes (default: EvalPlus's 4 GiB)")
@@ -139,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests per generate call (default: the engine's own: vLLM all pending of a benchmark, "
                         "HF one batch)")
     p.add_argument("--cache-dir", help="EvalPlus data/ground-truth cache (default $POPULORA_CACHE/evalplus)")
-    p.set_defaults(func=run_eval, interrupt_hint="the completions generated so far are kept: run the same command "
+    p.set_defaults(func=eval_command, interrupt_hint="the completions generated so far are kept: run the same command "
                                                  "again to continue where it stopped")
 
     lp = sub.add_parser("leaderboard", help="write leaderboard.md/.csv/.html from evaluated runs")
@@ -151,6 +154,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="replicates of the paired bootstrap (default 10000)")
     lp.add_argument("--bootstrap-seed", type=non_negative_int, default=0, help="seed of the paired bootstrap (default 0)")
     lp.set_defaults(func=run_leaderboard)
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """The run directories come as arguments or after --runs (both may be given)."""
+    args.runs = [*args.run_dirs, *(args.runs or [])]
+    if not args.runs:
+        print("populora eval: give run directories: populora eval RUN_DIR ... (or --runs RUN_DIR ...)", file=sys.stderr)
+        return 2
+    return run_eval(args)
 
 
 def run_eval(args: argparse.Namespace) -> int:

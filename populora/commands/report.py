@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_report)
 
     r = sub.add_parser("retention", help="retention test of the evolution operators from a run's checkpoint")
-    r.add_argument("run_dir", metavar="RUN_DIR")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with checkpoints")
     r.add_argument("--operators", default="all", help="'all' or a comma-separated list of operator names")
     r.add_argument("--steps", type=int, required=True, help="training steps per arm")
     r.add_argument("--role", default=None, choices=["teacher", "student", "agent"],

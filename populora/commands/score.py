@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--evalplus-gt-time-limit-factor", type=float, default=4.0,
                    help="EvalPlus limit as a multiple of the canonical solution's time (default 4)")
     p.add_argument("--lcb-timeout", type=int, default=6, help="LiveCodeBench per-test alarm in seconds (default 6)")
-    p.add_argument("--lcb-release", default="release_v5")
+    p.add_argument("--lcb-release", default="release_v5", help="LiveCodeBench release (default release_v5)")
     p.add_argument("--lcb-start", default="2024-08-01", help="first contest date (ISO), inclusive")
     p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), inclusive (as LCB)")
     p.add_argument("--cache-dir", help="EvalPlus data/ground-truth cache (default $POPULORA_CACHE/evalplus)")
