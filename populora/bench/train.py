@@ -17,8 +17,9 @@ runs; the optimizer step after it is the same for both) and compares the two gra
 
 Last, fused against sequential member updates (``rl.update_strategy``, ``rl/strategies.py``): 8 members
 on one backend, one whole update of every member per arm (forward, backward, each member's clip and
-AdamW step: ``strategy.update``, what ``populora train`` runs), alternating, from the same weights, on
-two length distributions: the paper's regime as the packing comparison draws it (``paper``) and the
+AdamW step: ``strategy.update``, what ``populora train`` runs), alternating, from the same weights, at
+the per-member batch, micro-batch and LoRA rank of one preset (``--fused-config``, tiny.yaml), on two
+length distributions: the paper's regime as the packing comparison draws it (``paper``) and the
 sequences a tiny self-play step really trains on (``selfplay``: one step of ``configs/tiny.yaml`` with
 the same number of members, recorded). The gradients of the two arms are compared before any step
 (float32, every adapter). The last line is ``fused/sequential speed-up: N.NNx, max gradient
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -49,11 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed updates per arm of the packing and fused comparisons")
     p.add_argument("--fused-model", default="tiny", help="model of the fused vs sequential comparison ('' = skip it)")
     p.add_argument("--fused-members", type=int, default=8, help="members trained on one rank")
-    p.add_argument("--fused-sequences", type=int, default=6,
-                   help="sequences per member in the paper's regime (default: tiny.yaml's selfplay.sequences_per_adapter, "
-                        "the batch of the self-play distribution)")
+    p.add_argument("--fused-config", default=str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"),
+                   help="preset whose selfplay.sequences_per_adapter, policy.train_micro_batch and policy.lora.rank the "
+                        "fused comparison uses on both distributions (the next three options override them)")
+    p.add_argument("--fused-sequences", type=int, default=0, help="sequences per member in the paper's regime (0 = the preset's)")
+    p.add_argument("--fused-micro-batch", type=int, default=0, help="policy.train_micro_batch (0 = the preset's)")
+    p.add_argument("--fused-rank", type=int, default=0, help="LoRA rank (0 = the preset's)")
     p.add_argument("--fused-lengths", default="64+512", help="P+N: longest prompt and completion (paper regime)")
-    p.add_argument("--fused-micro-batch", type=int, default=4, help="policy.train_micro_batch of the comparison")
     p.add_argument("--gradient-checkpointing", action="store_true",
                    help="policy.gradient_checkpointing in the fused comparison (needed for a 7B's long rows on a GPU)")
     p.add_argument("--selfplay-config", default=str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml"),
@@ -229,8 +233,31 @@ def selfplay_batches(config: str, members: int) -> tuple[list[list], int, int]:
     return recorded, cfg.policy.max_prompt_tokens, longest_completion(cfg)
 
 
+@dataclass(frozen=True)
+class FusedSettings:
+    """Per-member batch, micro-batch and LoRA rank of the fused comparison (from ``--fused-config`` unless
+    given)."""
+
+    sequences: int
+    micro_batch: int
+    rank: int
+
+
+def fused_settings(args: argparse.Namespace) -> FusedSettings:
+    if args.fused_sequences and args.fused_micro_batch and args.fused_rank:
+        return FusedSettings(args.fused_sequences, args.fused_micro_batch, args.fused_rank)
+    if not args.fused_config:
+        raise ValueError("--fused-config '' needs --fused-sequences, --fused-micro-batch and --fused-rank")
+    from populora.config import load_config
+
+    cfg = load_config(args.fused_config)
+    return FusedSettings(args.fused_sequences or cfg.selfplay.sequences_per_adapter,
+                         args.fused_micro_batch or cfg.policy.train_micro_batch,
+                         args.fused_rank or cfg.policy.lora.rank)
+
+
 def bench_fused(model: str, distribution: str, batches: list[list], prompt_tokens: int, new_tokens: int,
-                args: argparse.Namespace) -> dict:
+                args: argparse.Namespace, settings: FusedSettings) -> dict:
     """Fused vs sequential updates of ``len(batches)`` members on one backend; see the module docstring."""
     import torch
 
@@ -241,16 +268,17 @@ def bench_fused(model: str, distribution: str, batches: list[list], prompt_token
     from populora.rl.strategies import MemberBatch, strategy_for
     from populora.rl.update import accumulate_gradients, advantages_of
 
+    rank = settings.rank
     spec = {"model": model, "device": args.device, "cpu_threads": args.threads,
             "gradient_checkpointing": args.gradient_checkpointing,
-            "lora": {"rank": args.rank, "alpha": 2 * args.rank, "b_std": 0.02}}
+            "lora": {"rank": rank, "alpha": 2 * rank, "b_std": 0.02}}
     be = make_backend(spec)
     names = [f"m{i}" for i in range(len(batches))]
     for i, n in enumerate(names):
         be.add_adapter(n, be.new_adapter_weights(seed=i))
     start = {n: be.get_weights(n) for n in names}
     rl = RLConfig()
-    mb = MicroBatching(TokenBudget.of(args.fused_micro_batch, prompt_tokens, new_tokens), args.fused_micro_batch)
+    mb = MicroBatching(TokenBudget.of(settings.micro_batch, prompt_tokens, new_tokens), settings.micro_batch)
     members = [MemberBatch(n, b) for n, b in zip(names, batches)]
 
     def sync():
@@ -302,11 +330,11 @@ def bench_fused(model: str, distribution: str, batches: list[list], prompt_token
     return out
 
 
-def print_fused(results: list[dict], args: argparse.Namespace) -> None:
+def print_fused(results: list[dict], args: argparse.Namespace, settings: FusedSettings) -> None:
     print()
-    print(f"fused vs sequential member updates: {args.fused_members} members on one backend, one whole update each "
-          f"(forward, backward, clip, AdamW per member), budget {args.fused_micro_batch} x (longest prompt + longest "
-          f"completion) tokens per pass; median of {args.repeats}")
+    print(f"fused vs sequential member updates: {args.fused_members} members on one backend, LoRA rank {settings.rank}, "
+          f"one whole update each (forward, backward, clip, AdamW per member), budget {settings.micro_batch} x (longest "
+          f"prompt + longest completion) tokens per pass; median of {args.repeats}")
     print("distribution  model          device  members  sequences  real tokens   arm         passes  padded tokens"
           "  s/update  real tok/s")
     for r in results:
@@ -337,15 +365,16 @@ def run_fused(args: argparse.Namespace) -> None:
         vocab = len(AutoTokenizer.from_pretrained(prepare_tiny(0)))
     else:
         vocab = len(AutoTokenizer.from_pretrained(resolve_model(model)))
+    settings = fused_settings(args)
     n_prompt, n_new = (int(x) for x in args.fused_lengths.split("+"))
-    paper = [variable_batch(vocab, args.fused_sequences, n_prompt, n_new, seed=1000 + i)
+    paper = [variable_batch(vocab, settings.sequences, n_prompt, n_new, seed=1000 + i)
              for i in range(args.fused_members)]
-    results = [bench_fused(model, "paper", paper, n_prompt, n_new, args)]
+    results = [bench_fused(model, "paper", paper, n_prompt, n_new, args, settings)]
     if args.selfplay_config:
         batches, p, n = selfplay_batches(args.selfplay_config, args.fused_members)
-        results.append(bench_fused(model, "selfplay", batches, p, n, args))
+        results.append(bench_fused(model, "selfplay", batches, p, n, args, settings))
     results.sort(key=lambda r: r["distribution"] != "paper")  # the paper's regime's line last
-    print_fused(results, args)
+    print_fused(results, args, settings)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -65,9 +65,9 @@ class RLConfig:
     adam_eps: float = 1e-8
     # how a rank's members are updated (rl/strategies.py): "fused" = all of them in shared packed passes,
     # each row under its own adapter; "sequential" = one after another. Same gradients either way.
-    # Default (ours, measured by `populora bench train`, docs/benchmarks/train.md): fused, 1.26-1.35x
-    # faster on CPU on the paper's length regime (0.95x on the tiny model's 24-token completions), 1.2x on
-    # an H200 for a small Qwen2
+    # Default (ours, measured by `populora bench train`, docs/benchmarks/train.md): fused, 1.24-1.43x
+    # faster on CPU on the paper's length regime (0.95-1.09x on the tiny model's 24-token completions),
+    # 1.2x on an H200 for a small Qwen2
     update_strategy: str = "fused"
 
     def __post_init__(self) -> None:
