@@ -49,13 +49,14 @@ class RunDisk:
     member_bytes: float | None  # one member in a checkpoint: float32 LoRA weights + AdamW's two moments
     checkpoints: float | None  # (run.keep_checkpoints + 1 being written) x members x member_bytes
     adapters: float | None  # the final adapters (float32 PEFT files)
-    eval_outputs: float  # every generation record at its token budget, twice (shards and merge)
+    eval_outputs: float | None  # every generation record at its token budget, twice (shards and merge);
+    # None when the benchmarks could not be read (counted as 0 in the total)
 
     @property
     def total(self) -> float | None:
         if self.checkpoints is None or self.adapters is None:
             return None
-        return self.checkpoints + self.adapters + self.eval_outputs
+        return self.checkpoints + self.adapters + (self.eval_outputs or 0)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def eval_output_bytes(adapters: int, prompts: Mapping[str, Sequence[int]], budge
 def run_disk(name: str, cfg: Any, adapter_params: int | None, prompts: Mapping[str, Sequence[int]],
              budgets: Mapping[str, int], samples: int, include_base: bool = True) -> RunDisk:
     members = 1 if cfg.population.baseline else cfg.population.teachers + cfg.population.students
-    evals = eval_output_bytes(members + int(include_base), prompts, budgets, samples)
+    evals = eval_output_bytes(members + int(include_base), prompts, budgets, samples) if prompts else None
     if adapter_params is None:
         return RunDisk(name, members, None, None, None, evals)
     one = member_checkpoint_bytes(adapter_params)
@@ -165,6 +166,8 @@ def benchmark_items(plan, pf: Preflight) -> tuple[dict[str, list[int]], dict[str
         pf.errors.append(str(e))
         return {}, {}, 1
     data_dir = _host(profile, benchmarks_inside(profile, plan.spec.eval_args))
+    if data_dir is None:  # not visible in the jobs: path_problems names the bind; nothing to load here
+        return {}, {}, args.samples
     paths = {k: _host(profile, v) or v for k, v in args.data}
     budgets = {k: int(v) for k, v in args.max_new_tokens}
     prompts: dict[str, list[int]] = {}
