@@ -90,3 +90,38 @@ def test_policy_config_accepts_omegaconf_and_replace_revalidates():
     assert cfg.replace(max_batch_size=3).max_batch_size == 3 and cfg.max_batch_size == 64
     with pytest.raises(PolicyConfigError, match="policy.train_micro_batch"):
         cfg.replace(train_micro_batch=0)
+
+
+def test_the_samples_of_a_request_share_one_prefill():
+    """n samples of a request: its prompt is prefilled once and the cache copied to every sample's row."""
+    import torch
+
+    from populora.policy.base import SamplingParams
+    from populora.policy.decode import Row, decode_rows
+
+    class Cache:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def batch_select_indices(self, idx):
+            self.rows = [self.rows[i] for i in idx.tolist()]
+
+    calls = []
+
+    def forward(ids, mask, positions, past, names):
+        calls.append((ids.shape[0], list(names)))
+        if past is None:  # prefill: each row's logits favour token (its last prompt id + 1)
+            past = Cache([int(ids[b, -1]) for b in range(ids.shape[0])])
+        logits = torch.full((len(past.rows), 50), -9.0)
+        for b, last in enumerate(past.rows):
+            logits[b, (last + 1) % 50] = 9.0
+        return logits, past
+
+    rows = [Row(i, s, [1, 2, 10 * (i + 1)], f"a{i}") for i in range(2) for s in range(3)]
+    class Tokenizer:
+        decode = staticmethod(lambda ids, skip_special_tokens=True: " ".join(map(str, ids)))
+
+    decode_rows(forward, rows, SamplingParams(temperature=1.0, max_new_tokens=1, n=3), tokenizer=Tokenizer(), pad_id=0,
+                eos_ids={49}, device=torch.device("cpu"), base_seed=0)
+    assert calls[0] == (2, ["a0", "a1"])  # two prompts prefilled, not six rows
+    assert [r.token_ids for r in rows] == [[11]] * 3 + [[21]] * 3  # every sample continues its own prompt

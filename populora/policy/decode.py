@@ -85,17 +85,32 @@ def decode_rows(
             torch.Generator(device=gen_device).manual_seed(row_seed(base_seed, r.request_index if r.seed_index is None else r.seed_index, r.sample_index))
             for r in rows
         ]
-    width = max(len(r.prompt_ids) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
+    # the samples of one request share its prompt and adapter: each prompt is prefilled once, then its
+    # logits and KV cache are copied to every sample's row (n samples cost one prefill, not n)
+    first: dict[tuple[int, str], int] = {}  # (request, adapter) -> its prompt's row in the prefill
+    unique: list[Row] = []
+    owner: list[int] = []  # each row's prefill row
+    for r in rows:
+        key = (r.request_index, r.adapter)
+        if key not in first:
+            first[key] = len(unique)
+            unique.append(r)
+        owner.append(first[key])
+    width = max(len(r.prompt_ids) for r in unique)
+    input_ids = torch.full((len(unique), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(unique), width), dtype=torch.long)
+    for i, r in enumerate(unique):
         input_ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
         mask[i, width - len(r.prompt_ids) :] = 1
     input_ids, mask = input_ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     active = list(range(len(rows)))  # indices into rows, aligned with the batch dimension
     names = [r.adapter for r in rows]
-    logits, past = forward(input_ids, mask, positions, None, names)
+    logits, past = forward(input_ids, mask, positions, None, [r.adapter for r in unique])
+    if len(unique) < len(rows):
+        idx = torch.tensor(owner, device=device)
+        past.batch_select_indices(idx)
+        logits, mask, positions = logits[idx], mask[idx], positions[idx]
     next_pos = positions[:, -1:] + 1
     while True:
         step_gens = [gens[i] for i in active] if gens is not None else None
