@@ -46,8 +46,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
     """Run or resume the training run in ``run_dir``.
 
     ``config_file`` and ``overrides`` (opaque ``key=value`` strings) define a new run; they are
-    ignored once the run directory holds a checkpoint, because the run's saved config wins on
-    resume. ``entry`` names the training function (``module:function`` with the signature of
+    ignored once the run has started (its model loaded, step 0 saved: ``RunDir.holds_run``), because
+    the run's saved config wins on resume. A start that failed before that is started again with them. ``entry`` names the training function (``module:function`` with the signature of
     ``populora.selfplay.runner.train(config_file, overrides, run_dir, resume, *, handle_signals)
     -> dict``, ``resume="auto"``); a callable can be given instead of the name. In a job of several
     tasks every task is one rank of the run (see docs/distributed.md).
