@@ -108,6 +108,8 @@ def existing_ancestor(path: Path) -> Path:
 def _gb(value: float | None) -> str:
     if value is None:
         return "?"
+    if value < 0.1 * GB:
+        return f"{value / 1e6:.1f} MB"
     return f"{value / GB:.2f} GB" if value < 10 * GB else f"{value / GB:.1f} GB" if value < 1000 * GB else \
         f"{value / 1e12:.2f} TB"
 
