@@ -224,3 +224,9 @@ def test_a_vllm_preset_without_vllm_is_one_line_naming_the_extra(tmp_path, capsy
     line = one_line(capsys.readouterr().err)
     assert code == 2 and "policy.engine=vllm: needs the 'vllm' extra" in line and "pip install" in line
     assert not (tmp_path / "r").exists()
+
+
+def test_eval_with_a_missing_model_is_one_line(tmp_path, capsys):
+    code = main(["eval", str(tmp_path / "run"), "--model", str(tmp_path / "nope"), "--benchmarks", "gsm8k"])
+    line = one_line(capsys.readouterr().err)
+    assert code == 2 and line.startswith(f"populora eval: --model {tmp_path / 'nope'}: ") and "does not exist" in line

@@ -162,7 +162,17 @@ def eval_command(args: argparse.Namespace) -> int:
     if not args.runs:
         print("populora eval: give run directories: populora eval RUN_DIR ... (or --runs RUN_DIR ...)", file=sys.stderr)
         return 2
-    return run_eval(args)
+    from populora.model_source import prepare_model_source
+    from populora.policy.models import EmbeddedModelMissing, ModelNotFound
+
+    if args.stage in ("all", "generate") and (problem := prepare_model_source(args.model)) is not None:
+        print(f"populora eval: --model {args.model}: {problem}", file=sys.stderr)  # the check train runs too
+        return 2
+    try:
+        return run_eval(args)
+    except (ModelNotFound, EmbeddedModelMissing) as e:  # a model that passed the check but does not load
+        print(f"populora eval: --model {args.model}: {e}", file=sys.stderr)
+        return 2
 
 
 def run_eval(args: argparse.Namespace) -> int:
