@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,38 @@ def test_eval_with_a_missing_model_is_one_line(tmp_path, capsys):
     code = main(["eval", str(tmp_path / "run"), "--model", str(tmp_path / "nope"), "--benchmarks", "gsm8k"])
     line = one_line(capsys.readouterr().err)
     assert code == 2 and line.startswith(f"populora eval: --model {tmp_path / 'nope'}: ") and "does not exist" in line
+
+
+def test_a_full_disk_reported_by_safetensors_becomes_an_os_error_naming_the_path(tmp_path):
+    from populora.selfplay.runner import disk_errors
+
+    class SafetensorError(Exception):  # how safetensors' Rust side reports a failed write
+        pass
+
+    with pytest.raises(OSError) as e, disk_errors(tmp_path / "ckpt"):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "ckpt")
+    with pytest.raises(KeyError), disk_errors(tmp_path):
+        raise KeyError("not a disk error")
+
+
+@pytest.mark.slow
+def test_a_real_full_disk_is_one_line_and_the_run_resumes_after_space_is_freed(tmp_path, capsys):
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and a tmpfs mount")
+    try:
+        rd = disk / "run"
+        args = ["train", "--config", TINY, "--run-dir", str(rd), "--quiet", "sandbox.workers=1", "selfplay.steps=3"]
+        assert main(args) == 1
+        line = one_line(capsys.readouterr().err)
+        assert "no space left on the device" in line and f"populora train --resume {rd}" in line
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        assert main(["train", "--resume", str(rd), "--quiet"]) == 0
+        assert json.loads((rd / "summary.json").read_text())["status"] == "finished"
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)

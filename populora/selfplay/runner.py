@@ -9,7 +9,9 @@ The run directory's layout is ``populora.run_dir.RunDir``'s.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import socket
 import sys
@@ -249,7 +251,8 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
                 break
         if last_saved != sp.step_done and sp.step_done > 0:
             _save(sp, rd, sp.step_done, cfg, comm)
-        state.export_final(sp)
+        with disk_errors(RunDir(rd).adapters):
+            state.export_final(sp)
         summary = state.summary(sp, status)
         if comm.is_main:
             run.prune_adapters()
@@ -376,6 +379,22 @@ def resume_point(cfg: Config, rd: Path) -> tuple[Checkpoint | None, list[Unusabl
     return None, []
 
 
+@contextlib.contextmanager
+def disk_errors(path: Path):
+    """Errors of writing files under ``path`` as ``OSError`` naming it: safetensors reports a full disk
+    as ``SafetensorError: ... (os error 28)``, which would otherwise reach the user as a traceback."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as e:
+        m = re.search(r"os error (\d+)", str(e))
+        if m is None:
+            raise
+        code = int(m.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from e
+
+
 def _save(sp, rd: Path, step: int, cfg: Config, comm) -> None:
     """Every rank writes the adapters and optimizer states of the members it leads; rank 0 commits the
     checkpoint (state, manifest, atomic rename) once all have written."""
@@ -385,8 +404,9 @@ def _save(sp, rd: Path, step: int, cfg: Config, comm) -> None:
         checkpoint.begin(root, step)
     comm.barrier()
     staging = checkpoint.staging_dir(root, step)
-    for name, weights in adapters.items():
-        checkpoint.write_member(staging, name, weights, opt_states[name], base_model=cfg.policy.model)
+    with disk_errors(staging):
+        for name, weights in adapters.items():
+            checkpoint.write_member(staging, name, weights, opt_states[name], base_model=cfg.policy.model)
     comm.barrier()
     if comm.is_main:
         checkpoint.commit(root, step, run_state, keep=cfg.run.keep_checkpoints)
