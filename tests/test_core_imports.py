@@ -94,3 +94,9 @@ sys.exit(main(sys.argv[1:]))
     assert report.returncode == 2
     assert report.stderr.strip() == ("populora report: needs the 'diagnostics' extra (module "
                                      "matplotlib is not installed): pip install 'populora[diagnostics]'")
+    sweep = run_blocked(code, "sweep", "configs/sweeps/populations-7b.yaml", "--dry-run")
+    assert sweep.returncode == 2 and sweep.stderr.strip() == (
+        "populora sweep: needs the 'hpc' extra (module submitit is not installed): pip install 'populora[hpc]'")
+    train = run_blocked(code, "train", "--config", "configs/tiny.yaml", "policy.engine=vllm", "policy.lora.rank=8",
+                        "--run-dir", "nowhere-run")
+    assert train.returncode == 2 and len(train.stderr.strip().splitlines()) == 1 and "'vllm' extra" in train.stderr

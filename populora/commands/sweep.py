@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from populora.extras import require
+
+    require("submitit", "hpc", "populora sweep")  # the jobs are submitit's
     from jobs import sweep
     from jobs.executors import ContainerImageError, SlurmUnavailableError
     from jobs.profiles import ProfileError
