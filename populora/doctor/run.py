@@ -180,11 +180,21 @@ class Doctor:
     """The stages of one doctor run, their shared state, and the report after every change."""
 
     def __init__(self, opts: Options, write):
+        import os
+
+        from populora.distributed.env import allocator_conf
         from populora.doctor.budget import Rates
 
+        # the trainer's allocator settings as `populora train` gives them, before anything can start CUDA,
+        # so the measured memory is the run's
+        if (conf := allocator_conf(os.environ)) is not None:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
         self.opts, self.write = opts, write
         self.t0 = time.monotonic()
         self.device = self.allreduce = self.tests = self.step = self.versions = None
+        # the card size the verdicts judge: --gpu-gib, else the device's own once the devices stage ran
+        # (never read before it: reading it starts CUDA)
+        self.gib: tuple[float | None, str] = (opts.gpu_gib, f"--gpu-gib {opts.gpu_gib:g}") if opts.gpu_gib else (None, "")
         self.rates = Rates(opts.device)
         self.presets = {p: PresetState(p) for p in opts.configs}
         self.records: tuple = ()
@@ -206,10 +216,7 @@ class Doctor:
         self.write(self.snapshot(records))
 
     def judged_gib(self) -> tuple[float | None, str]:
-        try:
-            return device_gib(self.opts.device, gpu_gib=self.opts.gpu_gib)
-        except Exception:
-            return self.opts.gpu_gib, "--gpu-gib" if self.opts.gpu_gib else "unknown"
+        return self.gib
 
     # -- stages -------------------------------------------------------------------------------------
     def stages(self) -> list:
@@ -270,18 +277,13 @@ class Doctor:
         return ", ".join(f"{k} {v}" for k, v in report.versions.items() if v)
 
     def run_devices(self) -> str:
-        import os
-
-        from populora.distributed.env import allocator_conf
         from populora.doctor.devices import probe_devices
 
-        # the trainer's allocator settings as `populora train` gives them (before CUDA starts), so the
-        # measured memory is the run's
-        if (conf := allocator_conf(os.environ)) is not None:
-            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
         self.device = probe_devices(self.opts.device)
         if self.opts.device == "cuda" and not self.device.gpus:
             raise RuntimeError("no CUDA GPU visible")
+        if self.gib[0] is None:
+            self.gib = (self.device.memory_gib, "GPU 0" if self.opts.device == "cuda" else "host RAM")
         return ", ".join(f"{g.name} {g.total_gib:.0f} GiB" for g in self.device.gpus) or f"{self.device.cpu_cores} CPU cores"
 
     def run_plan(self, s: PresetState) -> str:
