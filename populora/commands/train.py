@@ -103,12 +103,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         if not available("vllm"):  # before anything starts, instead of the engine's import error
             raise MissingExtra("vllm", "vllm", "populora train: policy.engine=vllm")
-    if cfg is not None and env.rank == 0 and (problem := model_problem_line(cfg.policy.model)) is not None:
-        print(f"populora train: {problem}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+    # the plan first (it needs only the model's shape): a run that cannot fit is refused before its
+    # weights are looked for
     if not args.no_memory_check and (refusal := memory_refusal(cfg)) is not None:
         print(refusal, file=sys.stderr)
         return EXIT_DOES_NOT_FIT
+    if cfg is not None and env.rank == 0 and (problem := model_problem_line(cfg.policy.model)) is not None:
+        print(f"populora train: {problem}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     if args.nproc > 1:
         for warning in nproc_warnings(args.nproc, cfg):
             print(f"warning: {warning}", file=sys.stderr)
