@@ -205,7 +205,7 @@ class Doctor:
         from populora.doctor.stages import run_status
 
         records = self.records if records is None else records
-        gib, source = self.judged_gib()
+        gib, source = self.gib
         presets = tuple(s.report for s in self.presets.values() if s.report is not None)
         return DoctorReport(self.device, self.allreduce, presets, self.tests, time.monotonic() - self.t0,
                             self.opts.command, tuple(records), run_status(records), self.opts.budget_s, gib, source,
@@ -214,9 +214,6 @@ class Doctor:
     def on_change(self, records) -> None:
         self.records = records
         self.write(self.snapshot(records))
-
-    def judged_gib(self) -> tuple[float | None, str]:
-        return self.gib
 
     # -- stages -------------------------------------------------------------------------------------
     def stages(self) -> list:
@@ -290,7 +287,7 @@ class Doctor:
         from populora.plan import check_plan, fix_overrides
 
         s.cfg = preset_config(s.path, self.opts.overrides, self.opts.device)
-        gib, _ = self.judged_gib()
+        gib, _ = self.gib
         s.plan = check_plan(s.cfg, gib, min_headroom=self.opts.min_headroom)
         plan_json = s.plan.to_json()
         plan_json["fix_overrides"] = [fix_overrides(f) for f in s.plan.fixes]
