@@ -203,21 +203,10 @@ def test_decode_loop_stops_rows_at_eos_and_drops_them():
     assert seen_batches == [[0, 1, 2], [0, 1, 2], [1, 2]]  # finished rows left the batch
 
 
-def test_sampling_logits_stay_where_the_generators_are():
-    from populora.policy.decode import sampling_logits
-
-    logits = torch.randn(3, 11)
-    assert sampling_logits(logits, None) is logits  # greedy: no copy
-    assert sampling_logits(logits, [torch.Generator()]) is logits
-    if torch.cuda.is_available():
-        on_gpu = logits.cuda()
-        assert sampling_logits(on_gpu, None) is on_gpu
-        assert sampling_logits(on_gpu, [torch.Generator(device="cuda")]) is on_gpu
-
-
 @pytest.mark.gpu
-def test_cuda_greedy_decoding_never_copies_vocabulary_rows_to_the_host(monkeypatch):
-    """Per step only the chosen tokens and their log-probs ([B] each) leave the GPU."""
+def test_cuda_decoding_never_copies_vocabulary_rows_to_the_host(monkeypatch):
+    """Per step only the chosen tokens and their log-probs ([B] each) leave the GPU, greedy or
+    sampled (a sampled row brings one uniform number from its CPU generator to the GPU)."""
     be = make_backend({"model": "tiny", "device": "cuda", "lora": {"rank": 8, "alpha": 16, "b_std": 0.05}})
     be.add_adapter("g0", be.new_adapter_weights(seed=0))
     vocab = be.base.config.vocab_size
@@ -237,6 +226,8 @@ def test_cuda_greedy_decoding_never_copies_vocabulary_rows_to_the_host(monkeypat
     monkeypatch.setattr(torch.Tensor, "cpu", spy_cpu)
     monkeypatch.setattr(torch.Tensor, "to", spy_to)
     be.generate([Req(PROMPTS[0], "g0"), Req(PROMPTS[1], None)], GREEDY)
+    be.generate([Req(PROMPTS[0], "g0"), Req(PROMPTS[1], None)],
+                SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=10, n=2, seed=1))
     monkeypatch.undo()
     assert not [s for s in copies if s and s[-1] == vocab], copies
     be.close()

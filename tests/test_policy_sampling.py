@@ -6,23 +6,35 @@ import pytest
 import torch
 
 from populora.policy import LoraSpec, PolicyConfig, PolicyConfigError
-from populora.policy.sampling import find_stop, row_seed, sample_step, top_p_filter
+from populora.policy.sampling import draw, find_stop, row_seed, sample_step
+
+
+def _nucleus_by_full_sort(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The definition, over the whole sorted vocabulary: which tokens are in the nucleus (the
+    smallest most-likely-first set whose probability reaches ``top_p``)."""
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits.double(), dim=-1)
+    drop = (torch.cumsum(probs, dim=-1) - probs) >= top_p
+    return ~torch.zeros_like(drop).scatter(-1, order, drop)
+
+
+def _drawn(logits: torch.Tensor, rows: int, *, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0):
+    """Tokens of ``rows`` rows of the same logits, each with its own seeded generator."""
+    gens = [torch.Generator().manual_seed(row_seed(seed, i, 0)) for i in range(rows)]
+    tokens, _ = sample_step(logits.expand(rows, -1), temperature=temperature, top_p=top_p, generators=gens)
+    return tokens
 
 
 def test_top_p_keeps_smallest_nucleus():
-    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
-    kept = torch.isfinite(top_p_filter(probs.log(), 0.8))
-    assert kept.tolist() == [[True, True, False, False]]
-    kept = torch.isfinite(top_p_filter(probs.log(), 0.81))
-    assert kept.tolist() == [[True, True, True, False]]
-    # the most likely token survives any top_p
-    assert torch.isfinite(top_p_filter(probs.log(), 0.01)).tolist() == [[True, False, False, False]]
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    assert set(_drawn(logits, 400, top_p=0.8).tolist()) == {0, 1}
+    assert set(_drawn(logits, 400, top_p=0.81).tolist()) == {0, 1, 2}
+    assert set(_drawn(logits, 50, top_p=0.01).tolist()) == {0}  # the most likely token survives any top_p
+    assert set(_drawn(logits, 2000, top_p=1.0).tolist()) == {0, 1, 2, 3}
 
 
 def test_top_p_respects_token_order_not_position():
-    logits = torch.tensor([[0.0, 3.0, 1.0, 2.0]])
-    kept = torch.isfinite(top_p_filter(logits, 0.9))
-    assert kept[0, 1] and kept[0, 3] and not kept[0, 0]
+    assert set(_drawn(torch.tensor([[0.0, 3.0, 1.0, 2.0]]), 400, top_p=0.9).tolist()) == {1, 2, 3}
 
 
 def test_sample_step_greedy_returns_argmax_and_raw_logprob():
@@ -48,6 +60,40 @@ def test_sample_step_never_samples_outside_nucleus():
     for s in range(50):
         tok, _ = sample_step(logits, temperature=1.0, top_p=0.5, generators=[torch.Generator().manual_seed(s)])
         assert tok.item() == 0
+
+
+@pytest.mark.parametrize("top_p", [0.01, 0.5, 0.9, 0.95, 1.0])
+@pytest.mark.parametrize("scale", [0.05, 1.0, 6.0])  # near-flat rows: wide nuclei, many rejections
+def test_sampled_tokens_are_in_the_nucleus_of_the_full_sort(top_p, scale):
+    g = torch.Generator().manual_seed(int(1000 * top_p + scale))
+    logits = torch.randn(64, 3000, generator=g) * scale
+    gens = [torch.Generator().manual_seed(s) for s in range(64)]
+    tokens, _ = sample_step(logits, temperature=1.0, top_p=top_p, generators=gens)
+    assert _nucleus_by_full_sort(logits, top_p).gather(-1, tokens[:, None]).all()
+
+
+def test_draw_is_inverse_cdf_and_never_picks_a_zero():
+    weights = torch.tensor([[0.0, 2.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0]])
+    assert draw(weights, torch.tensor([0.0, 0.99])).tolist() == [1, 0]
+    assert draw(weights, torch.tensor([0.4999, 0.5])).tolist() == [1, 0]
+    assert draw(weights, torch.tensor([0.5, 0.0])).tolist() == [3, 0]
+    assert draw(weights, torch.tensor([1.0 - 1e-12, 1.0 - 1e-12])).tolist() == [3, 0]
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.7, 0.9), (1.0, 1.0), (0.6, 0.95)])
+def test_sample_step_draws_from_the_processed_distribution(temperature, top_p):
+    """20,000 rows, each with its own seeded generator: token frequencies match the temperature-
+    scaled nucleus, renormalised, within 5 standard errors (and the tail outside it is never drawn)."""
+    rows = 20_000
+    logits = torch.log(torch.tensor([0.4, 0.25, 0.15, 0.1, 0.06, 0.04]))
+    tokens = _drawn(logits[None], rows, temperature=temperature, top_p=top_p, seed=5)
+    expected = torch.softmax(logits.double() / temperature, -1)
+    expected = expected * _nucleus_by_full_sort(logits[None] / temperature, top_p)[0]
+    expected = expected / expected.sum()
+    seen = torch.bincount(tokens, minlength=6).double() / rows
+    se = (expected * (1 - expected) / rows).sqrt()
+    assert ((seen - expected).abs() <= 5 * se + 1e-12).all(), (seen, expected)
+    assert seen[expected == 0].sum() == 0
 
 
 def test_find_stop_earliest_occurrence():

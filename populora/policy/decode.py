@@ -80,9 +80,9 @@ def decode_rows(
     """Generate for ``rows`` (one micro-batch) in place: left padding, KV cache, per-row stop."""
     gens = None
     if not sampling.greedy:
-        gen_device = device if device.type == "cuda" else "cpu"
+        # CPU generators: a row draws one number per step (sampling.sample_step), the logits stay put
         gens = [
-            torch.Generator(device=gen_device).manual_seed(row_seed(base_seed, r.request_index if r.seed_index is None else r.seed_index, r.sample_index))
+            torch.Generator().manual_seed(row_seed(base_seed, r.request_index if r.seed_index is None else r.seed_index, r.sample_index))
             for r in rows
         ]
     # the samples of one request share its prompt and adapter: each prompt is prefilled once, then its
@@ -115,7 +115,7 @@ def decode_rows(
     while True:
         step_gens = [gens[i] for i in active] if gens is not None else None
         tokens, lps = sample_step(
-            sampling_logits(logits, step_gens), temperature=sampling.temperature, top_p=sampling.top_p,
+            logits, temperature=sampling.temperature, top_p=sampling.top_p,
             generators=step_gens,
         )
         tokens_list, lps_list = tokens.tolist(), lps.tolist()  # [B] each: the only copy to the host
@@ -137,15 +137,6 @@ def decode_rows(
         mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
         logits, past = forward(tokens.to(device)[:, None], mask, next_pos, past, names)
         next_pos = next_pos + 1
-
-
-def sampling_logits(logits: torch.Tensor, generators) -> torch.Tensor:
-    """``logits [B, V]`` on the device where the step samples: where the row generators live
-    (CUDA on a GPU, else the CPU), and for greedy decoding (no generators) where the logits are,
-    so that a GPU never copies ``[B, V]`` logits to the host per step."""
-    if generators and generators[0].device.type != logits.device.type:
-        return logits.to(generators[0].device)
-    return logits
 
 
 def to_completion(row: Row) -> Completion:

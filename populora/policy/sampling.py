@@ -1,4 +1,4 @@
-"""Decoding maths shared by the backends: nucleus filtering, one sampling step, stop strings.
+"""Decoding maths shared by the backends: nucleus sampling, one sampling step, stop strings.
 
 Pure functions on tensors and strings, so that they are tested without a model.
 
@@ -24,21 +24,57 @@ def row_seed(seed: int, request_index: int, sample_index: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Logits with every token outside the nucleus set to -inf.
+def row_uniforms(generators: Sequence[torch.Generator], device: torch.device | str) -> torch.Tensor:
+    """One uniform number in [0, 1) per row, each from its row's own generator, on ``device``."""
+    u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in generators])
+    return u.to(device)
 
-    The nucleus is the smallest set of most likely tokens whose probability sums to at least
-    ``top_p`` (the most likely token is always kept).
+
+def draw(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: for each row of ``weights [B, V]`` (unnormalised, >= 0, not all zero)
+    the first index whose cumulative weight exceeds ``uniforms [B]`` times the row's total. A zero
+    entry is never chosen.
+
+    One vectorised pass instead of a ``torch.multinomial`` call per row (multinomial takes one
+    generator, and a shared generator would make a row's sample depend on the rest of the batch).
     """
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    # mass strictly before each token; a token is kept if that mass is still below top_p
-    before = torch.cumsum(probs, dim=-1) - probs
-    drop_sorted = before >= top_p
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    return logits.masked_fill(drop, float("-inf"))
+    cdf = torch.cumsum(weights, dim=-1)
+    total = cdf[:, -1:]
+    target = (uniforms.to(cdf.dtype)[:, None] * total).minimum(torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True)[:, 0]
+
+
+def sample_nucleus(probs: torch.Tensor, top_p: float, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """One token per row of ``probs [B, V]`` from the nucleus (top-p) distribution, without sorting.
+
+    The nucleus is the set of tokens whose strictly more likely tokens hold less than ``top_p`` of
+    the mass (the smallest most-likely-first set reaching ``top_p``, tied tokens kept together; the
+    most likely token is always in it). Sorting the vocabulary of every row at every step to find it
+    cost more than the sampled evaluation saved by sharing prompts (docs/benchmarks/eval.md), so
+    this samples by rejection, as FlashInfer's sorting-free sampler does: draw from the tokens above
+    a floor; a drawn token outside the nucleus shows that it and every less likely token are
+    outside too, so the floor rises to its probability and the row draws again. The first draw is
+    accepted with probability at least ``top_p``, so a step is a round or two of passes over
+    ``[B, V]``; the accepted token has exactly the renormalised nucleus distribution. Each round
+    takes one number from the row's own generator, so rows stay independent of the batch.
+    """
+    rows = torch.arange(probs.shape[0], device=probs.device)
+    tokens = torch.empty_like(rows)
+    floor = torch.zeros((probs.shape[0], 1), dtype=probs.dtype, device=probs.device)
+    pending = list(range(probs.shape[0]))  # rows still drawing, in the order of ``rows``
+    while pending:
+        p = probs[rows]
+        token = draw(p * (p > floor), row_uniforms([generators[i] for i in pending], probs.device))
+        if top_p >= 1.0:
+            tokens[rows] = token
+            break
+        chosen = p.gather(-1, token[:, None])
+        inside = (p * (p > chosen)).sum(-1) < top_p
+        tokens[rows[inside]] = token[inside]
+        outside = ~inside
+        rows, floor = rows[outside], chosen[outside]
+        pending = [i for i, out in zip(pending, outside.tolist()) if out]
+    return tokens
 
 
 def sample_step(
@@ -50,8 +86,9 @@ def sample_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose one token per row of ``logits [B, V]``; return ``(tokens [B], raw logprobs [B])``.
 
-    ``temperature == 0`` is greedy (argmax). Otherwise row ``i`` draws with ``generators[i]``,
-    so a row's sample does not depend on the other rows of the batch.
+    ``temperature == 0`` is greedy (argmax). Otherwise row ``i`` draws one uniform number from
+    ``generators[i]`` (a CPU generator; the logits stay on their device), so a row's sample does
+    not depend on the other rows of the batch.
     """
     logits = logits.float()
     raw_logprobs = torch.log_softmax(logits, dim=-1)
@@ -60,10 +97,7 @@ def sample_step(
     else:
         if generators is None or len(generators) != logits.shape[0]:
             raise ValueError("sampling needs one generator per row")
-        probs = torch.softmax(top_p_filter(logits / temperature, top_p), dim=-1)
-        tokens = torch.stack(
-            [torch.multinomial(probs[i], 1, generator=generators[i])[0] for i in range(probs.shape[0])]
-        )
+        tokens = sample_nucleus(torch.softmax(logits / temperature, dim=-1), top_p, generators)
     return tokens, raw_logprobs.gather(-1, tokens[:, None])[:, 0]
 
 
