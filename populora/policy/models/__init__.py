@@ -102,12 +102,15 @@ def load_base(name_or_path: str, device: str = "auto", dtype: str = "auto"):
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from populora.policy.attention import use_cpu_gqa
+
     torch_device, torch_dtype = resolve_device_dtype(device, dtype)
     if str(name_or_path) in SHAPES:
         model, tokenizer = build_random(str(name_or_path), torch_device, torch_dtype)
         tokenizer.padding_side = "left"
         model.eval()
         model.requires_grad_(False)
+        use_cpu_gqa(model)
         return model, tokenizer
     location = resolve_model(name_or_path)
     try:
@@ -123,4 +126,5 @@ def load_base(name_or_path: str, device: str = "auto", dtype: str = "auto"):
     model.to(torch_device)
     model.eval()
     model.requires_grad_(False)
+    use_cpu_gqa(model)  # masked grouped-query attention without copying the KV cache (policy/attention.py)
     return model, tokenizer
