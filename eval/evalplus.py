@@ -174,12 +174,15 @@ def score_evalplus(
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     data_copy = _dataset_copy(benchmark, task_ids, cache, data_dir, path)
     dataset, env_key = _DATASET[benchmark]
+    # each distinct program of a task runs once: the samples of a sampled evaluation (and adapters
+    # that learned the same answer) repeat programs, whose verdicts are the same by construction
+    distinct = {tid: list(dict.fromkeys(solutions[a][tid] for a in adapters)) for tid in task_ids}
     with tempfile.TemporaryDirectory(prefix=f"evalplus-{benchmark}-") as tmp:
         samples = Path(tmp) / "samples.jsonl"
         with open(samples, "w") as f:
             for tid in task_ids:
-                for a in adapters:
-                    f.write(json.dumps({"task_id": tid, "solution": solutions[a][tid]}) + "\n")
+                for program in distinct[tid]:
+                    f.write(json.dumps({"task_id": tid, "solution": program}) + "\n")
         env = dict(os.environ, **{env_key: str(data_copy), "XDG_CACHE_HOME": str(cache / "xdg")})
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         if max_memory_gb is not None:
@@ -200,9 +203,11 @@ def score_evalplus(
     out = {a: {"items": {}} for a in adapters}
     for tid in task_ids:
         rows = results[tid]
-        if len(rows) != len(adapters):
-            raise EvalPlusError(f"evalplus returned {len(rows)} results for {tid}, expected {len(adapters)}")
-        for a, row in zip(adapters, rows):
+        if len(rows) != len(distinct[tid]):
+            raise EvalPlusError(f"evalplus returned {len(rows)} results for {tid}, expected {len(distinct[tid])}")
+        verdicts = dict(zip(distinct[tid], rows))
+        for a in adapters:
+            row = verdicts[solutions[a][tid]]
             base = row["base_status"] == "pass"
             out[a]["items"][tid] = {"base": base, "plus": base and row["plus_status"] == "pass",
                                     "base_status": row["base_status"], "plus_status": row["plus_status"]}

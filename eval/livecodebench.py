@@ -247,12 +247,20 @@ def score_livecodebench(candidates: Sequence[tuple[Item, str]], *, timeout_s: in
     wall = (int(timeout_s) + 1) * most_tests + 5
     limits = SandboxLimits(wall_seconds=wall, cpu_seconds=wall, memory_mb=4096,
                            max_output_chars=1_000_000, max_stdout_chars=100_000)
-    runnable = [(k, harness_program(code, item, timeout_s)) for k, (item, code) in enumerate(candidates) if code.strip()]
+    # each distinct program of an item runs once (sampled evaluations repeat programs); copies share its result
+    first: dict[tuple[str, str], int] = {}
+    for k, (item, code) in enumerate(candidates):
+        if code.strip():
+            first.setdefault((item.item_id, code), k)
+    runnable = [(k, harness_program(candidates[k][1], candidates[k][0], timeout_s)) for k in first.values()]
     results = [LCBResult(False, "no_code", 0) for _ in candidates]
     with Sandbox(limits=limits, workers=workers) as sb:
         outcomes = sb.run_many([p for _, p in runnable]) if runnable else []
     for (k, _), o in zip(runnable, outcomes):
         results[k] = judge(candidates[k][0], o)
+    for k, (item, code) in enumerate(candidates):
+        if code.strip():
+            results[k] = results[first[(item.item_id, code)]]
     return results
 
 

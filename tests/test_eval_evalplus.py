@@ -120,3 +120,32 @@ def test_solution_source_by_template():
     assert solution_source(item, "prefix ```python", opened, "chat").strip().endswith("return 1")
     r1 = "<think>hmm</think> <answer>```python\ndef has_close_elements(a, b):\n    return 2\n```</answer>"
     assert "return 2" in solution_source(item, "x", r1, "r1")
+
+
+@needs_data
+def test_a_repeated_program_runs_once_and_every_copy_gets_its_verdict(tmp_path, monkeypatch):
+    """Samples of a sampled evaluation repeat programs: EvalPlus runs each distinct program of a task
+    once, and each adapter (or sample) that wrote it gets that program's verdict."""
+    import subprocess
+
+    import eval.evalplus as ep
+
+    canon = canonical_solutions("humaneval_plus", data_dir=DATA)
+    ids = ["HumanEval/0", "HumanEval/2"]
+    items = {it.item_id: it for it in load_items("humaneval_plus", data_dir=DATA) if it.item_id in ids}
+    wrong = {t: f"def {items[t].meta['entry_point']}(*args):\n    return None\n" for t in ids}
+    written = []
+    real_run = subprocess.run
+
+    def counting_run(cmd, **kw):
+        written.append(len(Path(cmd[4]).read_text().splitlines()))  # the samples file EvalPlus reads
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(ep.subprocess, "run", counting_run)
+    solutions = {"a": {t: canon[t] for t in ids}, "b": {t: canon[t] for t in ids}, "c": wrong,
+                 "d": {"HumanEval/0": canon["HumanEval/0"], "HumanEval/2": wrong["HumanEval/2"]}}
+    out = ep.score_evalplus("humaneval_plus", solutions, cache_dir=tmp_path, data_dir=DATA,
+                            min_time_limit=20.0, gt_time_limit_factor=20.0)
+    assert written == [4]  # 2 tasks x 2 distinct programs, not 4 adapters x 2
+    assert {a: [out[a]["items"][t]["plus"] for t in ids] for a in solutions} == {
+        "a": [True, True], "b": [True, True], "c": [False, False], "d": [True, False]}

@@ -83,6 +83,23 @@ def test_scorer_passes_good_and_fails_bad_programs():
     assert not any(v.passed for v in bad)
 
 
+def test_a_repeated_program_runs_once_and_every_copy_gets_its_verdict(monkeypatch):
+    from populora.sandbox import Sandbox
+
+    items = {it.item_id: it for it in load_livecodebench(FIXTURE)}
+    ran = []
+    real = Sandbox.run_many
+    monkeypatch.setattr(Sandbox, "run_many", lambda self, programs, *a, **k: ran.append(len(programs))
+                        or real(self, programs, *a, **k))
+    good, bad = GOOD["toy001"], BAD["toy001"][0]
+    cands = [(items["toy001"], good), (items["toy001"], bad), (items["toy001"], good), (items["toy001"], ""),
+             (items["toy002"], good), (items["toy001"], bad)]
+    verdicts = score_livecodebench(cands, timeout_s=2.0)
+    assert ran == [3]  # toy001 good and bad, toy002 with toy001's program (another item: runs on its own)
+    assert [v.reason for v in verdicts] == ["ok", "wrong_answer", "ok", "no_code", verdicts[4].reason, "wrong_answer"]
+    assert verdicts[0] == verdicts[2] and not verdicts[4].passed
+
+
 @pytest.mark.slow
 def test_a_private_test_failure_fails_the_problem():
     items = {it.item_id: it for it in load_livecodebench(FIXTURE)}
