@@ -27,7 +27,9 @@ adapters, HumanEval+ items and token budget, through ``populora eval``'s own cod
 
 Both arms generate the same number of completions of at most the same length. Printed per arm: the
 generation seconds (wall and process CPU), the whole evaluation's (generation, merge, scoring), the
-tokens generated, and the ratios (N greedy passes / sampled), alternating the arms' order by round.
+tokens generated, the distinct programs the scorer ran (each distinct program of an item runs once
+per evaluation: how much the scoring saves depends on how often samples repeat, which is the model's
+doing), and the ratios (N greedy passes / sampled), alternating the arms' order by round.
 
 Scoring, side by side in one run: the canonical solutions of all 164 HumanEval+ problems as an
 EvalPlus samples file (``task_id`` + ``solution``), scored by ``populora score humaneval_plus`` and by
@@ -166,8 +168,19 @@ def run_sampling(args: argparse.Namespace) -> int:
                             max_new_tokens={"humaneval_plus": args.max_new_tokens}, chunk_size=0, data_dir=args.data_dir,
                             check_base=False)
 
+    from eval.benchmarks import load_items
+    from eval.evalplus import prepare_program, solution_source
+
+    items = {it.item_id: it for it in load_items("humaneval_plus", data_dir=args.data_dir)}
+
+    def program(rec: dict) -> str:
+        item = items[rec["item_id"]]
+        source = solution_source(item, rec["prompt"], rec["completion"], rec["template"])
+        return prepare_program(source, item.meta["entry_point"])[0]
+
     times: dict[str, list[tuple[float, float, float, float]]] = {"sampled": [], "greedy": []}
     tokens: dict[str, int] = {}
+    distinct: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="populora-bench-sampling-") as tmp:
         tmp = Path(tmp)
         probe = make_engine(settings(Decoding()), [])
@@ -194,8 +207,11 @@ def run_sampling(args: argparse.Namespace) -> int:
                         evaluate_runs([tmp / "run"], settings(decoding), workdir=work,
                                       stage="merge" if args.no_score else "score", backend=engine, log=quiet)
                     times[arm].append((gen_wall, gen_cpu, time.perf_counter() - t0, time.process_time() - c0))
-                    tokens[arm] = sum(rec["completion_tokens"] for _, work in passes
-                                      for f in (work / "merged").glob("*/*.jsonl") for rec in read_records(f))
+                    records = [[rec for f in (work / "merged").glob("*/*.jsonl") for rec in read_records(f)]
+                               for _, work in passes]
+                    tokens[arm] = sum(rec["completion_tokens"] for recs in records for rec in recs)
+                    # what the scorer runs: each evaluation's distinct programs per item (EvalPlus's program of a completion)
+                    distinct[arm] = sum(len({(rec["item_id"], program(rec)) for rec in recs}) for recs in records)
         finally:
             engine.close()
     med = {arm: [statistics.median(t[i] for t in ts) for i in range(4)] for arm, ts in times.items()}
@@ -208,7 +224,7 @@ def run_sampling(args: argparse.Namespace) -> int:
         g, gc, w, c = med[arm]
         print(f"  {label:38s}: generation {g:7.2f} s wall, {gc:7.2f} s CPU; "
               f"{'generation + merge' if args.no_score else 'whole evaluation'} {w:7.2f} s wall, {c:7.2f} s CPU "
-              f"({tokens[arm]} tokens)")
+              f"({tokens[arm]} tokens; {distinct[arm]} distinct programs scored)")
     (gs, gcs, ws, cs), (gg, gcg, wg, cg) = med["sampled"], med["greedy"]
     whole = "generation + merge" if args.no_score else "whole evaluation"
     print(f"  ratio ({n} greedy passes / sampled)    : generation {gg / gs:5.2f}x wall, {gcg / gcs:5.2f}x CPU; "
