@@ -50,8 +50,8 @@ def sample_nucleus(probs: torch.Tensor, top_p: float, generators: Sequence[torch
     The nucleus is the set of tokens whose strictly more likely tokens hold less than ``top_p`` of
     the mass (the smallest most-likely-first set reaching ``top_p``, tied tokens kept together; the
     most likely token is always in it). Sorting the vocabulary of every row at every step to find it
-    cost more than the sampled evaluation saved by sharing prompts (docs/benchmarks/eval.md), so
-    this samples by rejection, as FlashInfer's sorting-free sampler does: draw from the tokens above
+    was a fifth of a sampled evaluation's generation on the CPU (docs/benchmarks/eval.md), so this
+    samples by rejection, as FlashInfer's sorting-free sampler does: draw from the tokens above
     a floor; a drawn token outside the nucleus shows that it and every less likely token are
     outside too, so the floor rises to its probability and the row draws again. The first draw is
     accepted with probability at least ``top_p``, so a step is a round or two of passes over
