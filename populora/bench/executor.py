@@ -8,11 +8,13 @@ syntax errors, bad inputs) is validated in one run by
 
 1. ``Sandbox.run_many`` under the determinism layouts ``LAYOUTS``, side by side: the layout before
    issue 32 (two replicas with fixed hash seeds, all calls of a code_f proposal in one child, every
-   turn run in full, no strip layer), then each measure of issue 32 added in turn (a proposal whose
-   verdict is made leaves the turns that follow; four replicas; hash seeds drawn per step on fresh
-   fork servers; code_f inputs alone in the first execution; the runtime strip layer), the last row
-   being the new layout (``TaskEnv()``'s defaults). Each validation is a new step, as in a run, so
-   the seeds (and fork servers) are new each time;
+   turn run in full), then each measure of issue 32 added in turn (a proposal whose verdict is made
+   leaves the turns that follow; four replicas; hash seeds drawn per step on fresh fork servers;
+   code_f inputs alone in the first execution), the last row being the new layout (``TaskEnv()``'s
+   defaults); and the new layout once more on a sandbox without issue 37's layers (``ISSUE_37``:
+   no clock, children forked from the template in a PID namespace, the layout perturbed from the
+   seed; the seccomp filter's clock and entropy rules cannot be left out alone). Each validation
+   is a new step, as in a run, so the seeds (and fork servers) are new each time;
 2. naive, serial: one fresh ``python -c`` process per execution, one at a time (what a single
    executor worker does, as in the AZR reference), with the layout before issue 32;
 3. naive, parallel: the same ``python -c`` processes, ``workers`` at a time.
@@ -37,17 +39,17 @@ from collections import Counter
 from importlib import resources
 
 CORPUS = "bench_corpus.jsonl"
-BEFORE = {"replicas": (0, 1), "replica_seeds": "fixed", "isolated_calls": False, "early_stop": False, "strip": False}
+BEFORE = {"replicas": (0, 1), "replica_seeds": "fixed", "isolated_calls": False, "early_stop": False}
 # (row label, TaskEnv settings): the layout before issue 32, then each measure added in turn
 LAYOUTS = (
     ("before issue 32", BEFORE),
     ("+ early stop", {**BEFORE, "early_stop": True}),
     ("+ 4 replicas", {**BEFORE, "early_stop": True, "replicas": (0, 1, 2, 3)}),
     ("+ seeds per step", {**BEFORE, "early_stop": True, "replicas": (0, 1, 2, 3), "replica_seeds": "step"}),
-    ("+ inputs alone", {**BEFORE, "early_stop": True, "replicas": (0, 1, 2, 3), "replica_seeds": "step",
-                        "isolated_calls": True}),
-    ("+ strip layer (new)", {}),
+    ("+ inputs alone (new)", {}),
 )
+ISSUE_37 = ("clock", "template", "pid_namespace", "layout")  # the sandbox layers issue 37 added
+WITHOUT_37 = "new layout, without issue 37"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,13 +170,15 @@ def run(args: argparse.Namespace) -> int:
             results[name] = (verdicts, seconds, counter.executions)
 
     start = time.perf_counter()
-    with Sandbox(limits=limits, workers=workers) as sandbox:
+    with Sandbox(limits=limits, workers=workers) as sandbox, \
+            Sandbox(limits=limits, workers=workers, without=ISSUE_37) as without_37:
         startup = time.perf_counter() - start
         mode = getattr(sandbox, "mode", "")
         # rounds alternate the approaches so that a change of machine load hits all of them
         for _ in range(max(1, args.repeat)):
             for name, env in envs.items():
                 keep_best(name, sandbox, env)
+            keep_best(WITHOUT_37, without_37, new)
             for name, executor in approaches.items():
                 keep_best(name, executor, old)
 
@@ -184,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
           f"{'x before':>10}{'measure adds':>14}")
     previous = None
     for name, (_, seconds, executions) in results.items():
-        label = f"sandbox, {name}" if name in envs else name
+        label = f"sandbox, {name}" if name in envs or name == WITHOUT_37 else name
         adds = f"{seconds - previous:+.2f} s" if name in envs and previous is not None else ""
         print(f"{label:<34}{executions:>11}{seconds:>9.2f}{len(proposals) / seconds:>15.1f}"
               f"{seconds / base:>9.2f}x{adds:>14}")
@@ -192,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
     slowest = max(s for _, s, _ in results.values())
     print(
         f"sandbox start-up (once, not in the figures above): {startup:.2f} s; the new layout takes "
-        f"{results[LAYOUTS[-1][0]][1] / base:.2f}x the time of the layout before issue 32; the sandbox "
+        f"{results[LAYOUTS[-1][0]][1] / base:.2f}x the time of the layout before issue 32 and "
+        f"{results[LAYOUTS[-1][0]][1] / results[WITHOUT_37][1]:.2f}x its time without issue 37's layers; the sandbox "
         f"(layout before issue 32) is {slowest / base:.1f}x faster than the slowest naive run"
     )
 

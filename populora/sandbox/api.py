@@ -97,14 +97,10 @@ class Program:
     (a separate ``exec`` each, so with an address-space layout of their own). Without it,
     ``replica`` picks servers with that replica's fixed seed (``replica_hash_seed``), kept for the
     sandbox's lifetime. Running the same program under several seeds is how cross-process
-    nondeterminism (set ordering under hash randomisation, ``id()``) is detected; the determinism
-    check draws its seeds from (run seed, step, replica) (``populora/tasks/determinism.py``).
-
-    ``strip`` runs the program on fork servers with the runtime strip layer (``strip.py``): once
-    it is loaded, nothing that grants I/O, processes, clocks, randomness or imports is reachable
-    from its objects, and ``import`` gives only the modules the fork server loaded (the
-    allowlisted ones and what they use), sanitized. Off, the program is plain Python (stdin/stdout
-    programs of an evaluation, and the hostile corpus that tests the confinement alone).
+    nondeterminism (set ordering under hash randomisation, ``id()``: the layout is drawn from the
+    seed) is detected; the determinism check draws its seeds from (run seed, step, replica)
+    (``populora/tasks/determinism.py``). A program's process has no clock and no entropy, so its
+    outputs are a function of its code, its inputs and its seed (``docs/sandbox.md``).
     """
 
     source: str
@@ -113,7 +109,6 @@ class Program:
     stdin: str = ""
     replica: int = 0
     hash_seed: int | None = None
-    strip: bool = False
 
 
 @dataclass

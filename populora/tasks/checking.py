@@ -23,13 +23,10 @@ program can bring about counts as changed: an error, a memory or CPU-time limit,
 signal, a stall; only a failure the sandbox proves is its own (``Outcome.infrastructure``) keeps
 the verdict. Such a task cannot be judged; the solve stage gives its teacher the invalid reward
 (``selfplay/stages.py``).
-
-Every program here runs with the runtime strip layer (``tasks.strip``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import populora.tasks.determinism as determinism
@@ -91,8 +88,6 @@ def check_and_rerun(
         else:
             runs.append((i, plan, len(programs)))
             programs.extend(plan.programs)
-    if env.strip:
-        programs = [dataclasses.replace(p, strip=True) for p in programs]
     if step is None:
         step = max((t.step for t in rerun), default=0)
     spans = []  # (task, call order, first program, count) of the re-runs

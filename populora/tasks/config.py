@@ -120,9 +120,6 @@ class TaskEnvFields:
     isolated_calls: bool = True
     # ours: a proposal that failed or disagreed in a turn leaves the next turns (its verdict is made)
     early_stop: bool = True
-    # ours: task programs run with the sandbox's runtime strip layer (sandbox/strip.py); False only
-    # to measure what it costs
-    strip: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "types", tuple(self.types))
@@ -157,7 +154,7 @@ class TaskEnvFields:
               "replicas", f"must be at least two distinct replica numbers >= 0, got {list(self.replicas)}")
         _need(self.replica_seeds in REPLICA_SEEDS, "replica_seeds",
               f"must be one of {REPLICA_SEEDS}, got {self.replica_seeds!r}")
-        for key in ("replicas_in_turn", "isolated_calls", "early_stop", "strip"):
+        for key in ("replicas_in_turn", "isolated_calls", "early_stop"):
             _need(isinstance(getattr(self, key), bool), key, f"must be true or false, got {getattr(self, key)!r}")
 
     @property

@@ -83,7 +83,7 @@ def execution_programs(program: str, inputs: tuple[str, ...], k: int, replica: i
     several inputs, the first execution runs each input alone in a fresh child (``f`` on its input
     with no state from any other call); every other one calls ``f`` on all of them in one child, in
     an order drawn from its seed (``call_order``)."""
-    common = {"entry": env.entry, "replica": replica, "hash_seed": seed, "strip": env.strip}
+    common = {"entry": env.entry, "replica": replica, "hash_seed": seed}
     if env.isolated_calls and len(inputs) > 1 and k == 0:
         return [Program(program, calls=(text,), **common) for text in inputs], None
     order = call_order(len(inputs), k, seed, env)

@@ -15,9 +15,8 @@ For each proposal, in order (the first failure is the reason):
    per replica number of ``tasks.replicas`` (four by default), each on fresh fork servers with a
    hash seed drawn from (run seed, step, replica), one turn after the other (no two executions that
    are compared overlap in time), each input alone in a fresh child when there are several
-   (code_f), within the limits and with the runtime strip layer (``sandbox/strip.py``); the kind
-   turns each execution into outputs or a reason (``timeout``, ``memory``,
-   ``runtime_error:<Type>``, ``crashed:<detail>``...; code_e accepts a raised error, whose type is
+   (code_f), within the limits; the kind turns each execution into outputs or a reason (``timeout``,
+   ``memory``, ``runtime_error:<Type>``, ``refused:clock``, ``crashed:<detail>``...; code_e accepts a raised error, whose type is
    its output), and different outputs give ``nondeterministic``. A failed execution is never
    mistaken for an empty output (an AZR defect); a proposal whose verdict is made leaves the turns
    that follow;
