@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import functools
 import json
@@ -156,7 +155,7 @@ def test_hostile_corpus_is_contained(monkeypatch):
         elapsed = time.monotonic() - start
         wrong = []
         for (name, _, alternatives, values), outcome in zip(cases, outcomes):
-            if not matches(outcome, alternatives) or (values is not None and outcome.values != values):
+            if not matches(outcome, alternatives) or (values is not None and outcome.ok and outcome.values != values):
                 wrong.append(
                     f"{name}: got {outcome.status}/{outcome.reason} {outcome.values} ({outcome.detail})"
                 )
@@ -167,15 +166,6 @@ def test_hostile_corpus_is_contained(monkeypatch):
             assert is_sandbox_reason(outcome.reason), (name, outcome.reason)
             assert len(outcome.detail) <= MAX_DETAIL and outcome.detail.isprintable(), name
         assert not wrong, "\n".join(wrong)
-        # the programs that say what the runtime strip layer makes of them, run with it (no filter)
-        meta = load_meta()
-        stripped = [(name, dataclasses.replace(program, strip=True), alternatives_of(meta[name]["stripped"]))
-                    for name, program, _, _ in cases if "stripped" in meta[name]]
-        for (name, _, alternatives), outcome in zip(stripped, sb.run_many([p for _, p, _ in stripped])):
-            if not matches(outcome, alternatives):
-                wrong.append(f"{name} (stripped): got {outcome.status}/{outcome.reason} ({outcome.detail})")
-        assert not wrong, "\n".join(wrong)
-        assert len(stripped) >= 10
         # bounded time: 2 lanes, every timeout costs at most about the wall limit
         n_timeouts = sum(o.status == "timeout" for o in outcomes)
         assert elapsed < (n_timeouts * LIMITS.wall_seconds) / 2 + 30
@@ -252,9 +242,9 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
 
 @pytest.mark.slow
 def test_determinism_families_through_validation_alone(monkeypatch):
-    """issue 32's determinism families through the validator with the AST check switched off and no
-    strip layer (the sandbox and the determinism check alone), each followed by honest proposals
-    on the same sandbox that must all be valid tasks."""
+    """The determinism families (issues 32 and 37) through the validator with the AST check switched
+    off (the sandbox and the determinism check alone), each followed by honest proposals on the
+    same sandbox that must all be valid tasks."""
     if isolation_mode() != "full":
         pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
     from populora.tasks import programs, validation
@@ -263,7 +253,7 @@ def test_determinism_families_through_validation_alone(monkeypatch):
 
     monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
     meta = load_meta()
-    env = TaskEnv(strip=False)
+    env = TaskEnv()
     honest = [Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",)) for i in range(3)]
     cases = [(name, program) for name, program, _, _ in load_corpus() if "validate" in meta[name]]
     assert len(cases) >= 4

@@ -40,7 +40,7 @@ def test_call_orders_are_drawn_from_the_seed_and_undone_by_merged():
 
 
 def test_task_settings_are_checked():
-    for key, value in (("replica_seeds", "random"), ("isolated_calls", "yes"), ("early_stop", 1), ("strip", None)):
+    for key, value in (("replica_seeds", "random"), ("isolated_calls", "yes"), ("early_stop", 1)):
         with pytest.raises(ValueError, match=f"tasks.{key}"):
             TaskEnv(**{key: value})
 

@@ -23,6 +23,7 @@ figures and what they mean.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import threading
@@ -34,7 +35,7 @@ from populora.sandbox.api import Program, SandboxLimits
 from populora.sandbox.executor import Sandbox
 
 MIB = 1 << 20
-IDLE = "import time\ndef f(hold):\n    time.sleep(hold)\n    return 0\n"
+IDLE = "def f(hold):\n    sum(range(int(hold * 20_000_000)))  # a child has no clock: it spins\n    return 0\n"
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "hostile"
 
 
@@ -175,14 +176,17 @@ def measure(
     try:
         with Sandbox(limits=limits, workers=1) as sb:
             how += f", isolation {sb.mode}, seccomp {sb.report.get('seccomp')}"
-            sb.run(programs["idle"])  # the fork server's own pages, charged before the first baseline
             for _ in range(repeat):
-                idle = measure_one(sb, cg, programs["idle"])
+                # a fresh hash seed each round: fresh uids, so fresh names for the dentry attack
+                # (a child has no entropy of its own); its servers start before the baseline
+                seed = 1 + int.from_bytes(os.urandom(4), "big") % 4_294_967_295
+                sb.run(dataclasses.replace(programs["idle"], hash_seed=seed))
+                idle = measure_one(sb, cg, dataclasses.replace(programs["idle"], hash_seed=seed))
                 rounds["idle"].append(idle)
                 for name, program in programs.items():
                     if name == "idle":
                         continue
-                    s = measure_one(sb, cg, program)
+                    s = measure_one(sb, cg, dataclasses.replace(program, hash_seed=seed))
                     s.cgroup -= idle.cgroup
                     s.kernel -= idle.kernel
                     s.host -= idle.host

@@ -17,6 +17,11 @@ nothing else:
   lists, dicts, tuples and floats, a drawn number of objects is allocated after the preloads and
   kept, so the next block each of them hands out is another.
 
+The 16 random bytes the kernel hands every ``exec`` (``AT_RANDOM``, read once by libc at start-up
+for its stack-protector canary and pointer guard) are overwritten with bytes drawn from the seed
+(``fix_exec_random``); the canary and pointer guard themselves stay (changing them under live
+frames would abort the process): machine code that reads them gets a per-``exec`` random value.
+
 Two servers of the same seed have the same layout: a program's addresses are a function of its
 code, its inputs and the hash seed (on one installation). ``perturb`` runs in the fork server before the
 template is forked (``template.py``); children pay nothing for it.
@@ -82,6 +87,16 @@ def perturb_mappings(seed: int) -> dict:
         _kept.append(mmap.mmap(-1, pages * mmap.PAGESIZE, prot=0))  # PROT_NONE
     _kept.append(ctypes.create_string_buffer(max(heap, 1)))  # malloc'd (over pymalloc's 512 bytes)
     return {"map_pages": pages, "heap_bytes": heap}
+
+
+def fix_exec_random(seed: int) -> None:
+    """Overwrite the kernel's ``AT_RANDOM`` bytes of this process with bytes drawn from the seed."""
+    libc = ctypes.CDLL(None)
+    libc.getauxval.restype = ctypes.c_void_p
+    libc.getauxval.argtypes = [ctypes.c_ulong]
+    where = libc.getauxval(25)  # AT_RANDOM
+    if where:
+        ctypes.memmove(where, hashlib.sha256(f"populora-at-random:{int(seed)}".encode()).digest()[:16], 16)
 
 
 def perturb_objects(seed: int) -> dict:

@@ -354,6 +354,7 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int, mappings) 
     os.environ.pop("GLIBC_TUNABLES", None)
     without = config.get("without", ())
     report["layout"] = layout.perturb_mappings(seed) if "layout" not in without else "left out"
+    layout.fix_exec_random(seed)
     for name in PRELOAD:
         try:
             __import__(name)
