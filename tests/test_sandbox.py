@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import threading
@@ -242,6 +243,47 @@ def test_bad_settings_give_clear_errors(monkeypatch):
 
 
 # --- isolation -----------------------------------------------------------------------------
+def test_what_a_program_tried_names_the_refusal():
+    """issue 37: the filter's clock and entropy errors reaching the top, and the exit statuses of the
+    sandbox's vDSO and fault handler, are refused:clock and refused:entropy, never infrastructure."""
+    import errno
+
+    from populora.sandbox.clock import CLOCK_EXIT, ENTROPY_EXIT
+    from populora.sandbox.results import classify
+    from populora.sandbox.runner import _failure
+
+    assert _failure(OSError(errno.ETIME, "Timer expired"))[:2] == ("error", "refused:clock")
+    assert _failure(OSError(errno.ENODATA, "No data"))[:2] == ("error", "refused:entropy")
+    assert _failure(OSError(errno.EPERM, "no"))[1] == "runtime_error:PermissionError"
+    limits = SandboxLimits()
+    for code, reason in ((CLOCK_EXIT, "refused:clock"), (ENTROPY_EXIT, "refused:entropy"), (3, "crashed:exit_3")):
+        out = classify({"exit": code, "seconds": 0.1}, b"", b"", "t", 1, limits)
+        assert (out.reason, out.infrastructure) == (reason, False)
+
+
+def test_the_layout_is_a_function_of_the_seed():
+    from populora.sandbox import layout
+
+    assert layout.environment(7) == layout.environment(7) != layout.environment(8)
+    assert layout.draws(7).random() == layout.draws(7).random() != layout.draws(8).random()
+
+
+def test_the_sandbox_vdso_keeps_the_elf_data_and_replaces_every_function():
+    from populora.sandbox import clock
+
+    if not clock.supported():
+        pytest.skip("x86-64 only")
+    (start, end), = clock.special_mappings()["[vdso]"]
+    image = ctypes.string_at(start, end - start)
+    ours = clock.replacement_vdso(image)
+    functions = clock.vdso_functions(image)
+    assert {"clock_gettime", "gettimeofday", "time", "getcpu"} <= {n.removeprefix("__vdso_") for n in functions}
+    assert len(ours) == len(image) and ours[:64] == image[:64]  # the ELF header (and symbols) stay
+    for name, offset in functions.items():
+        assert ours[offset:offset + 12] != image[offset:offset + 12], name  # a stub, not the kernel's code
+    assert ours[functions["clock_gettime"]:][:3] == b"\x83\xff\x01"  # cmp edi, CLOCK_MONOTONIC
+
+
 def test_environment_is_scrubbed(sb, monkeypatch):
     monkeypatch.setenv("POPULORA_SECRET_TOKEN", "hunter2")  # set after the servers started: also
     with Sandbox(workers=1) as fresh:  # check a sandbox started while it is set
@@ -449,7 +491,8 @@ def test_result_frame_checks():
     assert check_result(pack_fields([tok, "ok", "", "", "12345678901"]), False, tok, 1, 10).reason == (
         "crashed:bad_result"
     )
-    for good in (None, "timeout", "crashed:SIGKILL", "crashed:exit_3", "runtime_error:ValueError"):
+    for good in (None, "timeout", "crashed:SIGKILL", "crashed:exit_3", "runtime_error:ValueError",
+                 "refused:clock", "refused:entropy"):
         assert is_sandbox_reason(good)
     for bad in ("crashed:exit_300", "crashed:anything", "runtime_error:a b", "banned:os"):
         assert not is_sandbox_reason(bad)

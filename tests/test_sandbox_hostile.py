@@ -243,8 +243,8 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
 @pytest.mark.slow
 def test_determinism_families_through_validation_alone(monkeypatch):
     """The determinism families (issues 32 and 37) through the validator with the AST check switched
-    off (the sandbox and the determinism check alone), each followed by honest proposals on the
-    same sandbox that must all be valid tasks."""
+    off (the sandbox and the determinism check alone), in one batch (one step: four fresh seeds),
+    each attack followed by an honest proposal that must be a valid task."""
     if isolation_mode() != "full":
         pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
     from populora.tasks import programs, validation
@@ -253,16 +253,33 @@ def test_determinism_families_through_validation_alone(monkeypatch):
 
     monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
     meta = load_meta()
-    env = TaskEnv()
-    honest = [Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",)) for i in range(3)]
     cases = [(name, program) for name, program, _, _ in load_corpus() if "validate" in meta[name]]
-    assert len(cases) >= 4
+    assert len(cases) >= 30
+    batch = []
+    for i, (name, program) in enumerate(cases):
+        task = meta[name].get("task", "code_o")
+        inputs = program.calls if task == "code_f" else program.calls[:1]
+        batch.append(Proposal(type=task, program=program.source, inputs=inputs, message="m", step=1))
+        batch.append(Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",), step=1))
     with Sandbox(limits=LIMITS, workers=2) as sb:
-        for step, (name, program) in enumerate(cases, start=1):
-            task = meta[name].get("task", "code_o")
-            inputs = program.calls if task == "code_f" else program.calls[:1]
-            attack = Proposal(type=task, program=program.source, inputs=inputs, message="m", step=step)
-            verdicts = validation.validate_many([attack, *honest], sb, env)
-            allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
-            assert not verdicts[0].valid and verdicts[0].reason in allowed, (name, verdicts[0])
-            assert all(v.valid for v in verdicts[1:]), (name, verdicts[1:])
+        verdicts = validation.validate_many(batch, sb, TaskEnv())
+    for (name, _), attack, honest in zip(cases, verdicts[0::2], verdicts[1::2]):
+        allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
+        assert not attack.valid and attack.reason in allowed, (name, attack)
+        assert honest.valid, (name, honest)
+
+
+def test_time_bombs_do_not_go_off():
+    """issue 37: programs that read every clock still left to them (the frozen monotonic clocks,
+    timestamps in the memory they inherit) give the same answer seconds apart."""
+    if isolation_mode() != "full":
+        pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
+    meta = load_meta()
+    programs = [program for name, program, _, _ in load_corpus() if "steady" in meta[name]]
+    assert len(programs) >= 2
+    with Sandbox(limits=LIMITS, workers=1) as sb:
+        first = sb.run_many(programs)
+        time.sleep(1.5)
+        later = sb.run_many(programs)
+    assert all(o.ok for o in first), first
+    assert [o.values for o in first] == [o.values for o in later]

@@ -43,7 +43,8 @@ STACK_PAD = 4096  # bytes of environment padding, at most
 MAP_PAGES = 512  # pages of PROT_NONE reservation, at most (2 MiB of address space, no memory)
 HEAP_BYTES = 1 << 16  # bytes of the kept malloc block, at most
 SIZE_CLASSES = range(16, 513, 16)  # pymalloc's size classes on 64-bit builds
-BLOCKS = 256  # objects kept per size class and free list, at most
+CLASS_BYTES = 1 << 18  # bytes kept per size class, at most: the next block moves by up to 256 KiB
+BLOCKS = 256  # objects kept per free list (lists, dicts, tuples, floats), at most
 ADDR_NO_RANDOMIZE = 0x0040000
 
 
@@ -104,7 +105,7 @@ def perturb_objects(seed: int) -> dict:
     rng = draws(seed + 1)
     kept, counts = [], {}
     for size in SIZE_CLASSES:  # a bytes object of length n takes 33 + n bytes
-        n = counts[size] = rng.randrange(BLOCKS)
+        n = counts[size] = rng.randrange(CLASS_BYTES // size)
         if size == 16:
             kept.extend(object() for _ in range(n))
         elif size == 32:
