@@ -254,7 +254,9 @@ def score_livecodebench(candidates: Sequence[tuple[Item, str]], *, timeout_s: in
             first.setdefault((item.item_id, code), k)
     runnable = [(k, harness_program(candidates[k][1], candidates[k][0], timeout_s)) for k in first.values()]
     results = [LCBResult(False, "no_code", 0) for _ in candidates]
-    with Sandbox(limits=limits, workers=workers) as sb:
+    # LCB times each test with signal.alarm and imports what it likes: a sandbox that keeps the
+    # clocks, timers and stat (every other layer of isolation stays; determinism is not scored here)
+    with Sandbox(limits=limits, workers=workers, deterministic=False) as sb:
         outcomes = sb.run_many([p for _, p in runnable]) if runnable else []
     for (k, _), o in zip(runnable, outcomes):
         results[k] = judge(candidates[k][0], o)

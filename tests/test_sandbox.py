@@ -261,6 +261,16 @@ def test_what_a_program_tried_names_the_refusal():
         assert (out.reason, out.infrastructure) == (reason, False)
 
 
+def test_an_evaluation_sandbox_keeps_the_clocks():
+    """deterministic=False (LiveCodeBench's harness times its tests with alarms): clocks, timers,
+    entropy and stat as before issue 37, every other layer in place."""
+    clocky = prog("import os, signal, time\ndef f(x):\n    signal.alarm(0)\n"
+                  "    return [time.time() > 1e9, len(os.urandom(4)), os.stat('.').st_mode > 0]")
+    with Sandbox(workers=1, deterministic=False) as box:
+        assert box.run(clocky).values == ["[True, 4, True]"]
+        assert box.report["clock"] == "left out"
+
+
 def test_the_layout_is_a_function_of_the_seed():
     from populora.sandbox import layout
 

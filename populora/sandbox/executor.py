@@ -163,7 +163,10 @@ class Sandbox:
     uses ``replica_hash_seed(hash_seed, r)``), so validation is reproducible run to run.
     ``workers`` (else ``limits.workers``, else one per CPU core) programs run at once.
     ``without`` leaves isolation layers out (names in ``LAYERS``): for benchmarks of each layer's
-    cost only.
+    cost only. ``deterministic`` (the default) gives every child no clock, no timer, no entropy and
+    no ``stat``, so a program's outputs are a function of its code, its inputs and its hash seed;
+    ``False`` keeps them, with every other layer, for evaluation harnesses that time their tests
+    (LiveCodeBench's per-test alarms: ``eval/livecodebench.py``).
     """
 
     def __init__(
@@ -174,6 +177,7 @@ class Sandbox:
         hash_seed: int = 0,
         scratch_dir: str | None = None,
         without: tuple[str, ...] = (),
+        deterministic: bool = True,
     ):
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"Sandbox isolation={isolation!r}: expected one of {ISOLATION_MODES}")
@@ -182,8 +186,11 @@ class Sandbox:
             raise ValueError(f"Sandbox without={sorted(unknown)}: expected layers among {LAYERS}")
         self.limits = (limits or SandboxLimits()).validate()
         self.without = tuple(without)  # only for measuring a layer's cost: every layer is on by default
+        self.deterministic = bool(deterministic)
         self._seccomp = (
-            {"unavailable": "left out (without=)"} if "seccomp" in without else seccomp.filter_for_servers()
+            {"unavailable": "left out (without=)"}
+            if "seccomp" in without
+            else seccomp.filter_for_servers(self.deterministic)
         )
         self.workers = max(1, int(workers or self.limits.workers or len(os.sched_getaffinity(0))))  # the job's cores
         self.isolation = isolation
@@ -281,6 +288,7 @@ class Sandbox:
             "replica": str(seed),
             "seccomp": self._seccomp,
             "without": list(self.without),
+            "deterministic": self.deterministic,
         }
 
     def _server(self, lane: int, seed: int) -> _Server:

@@ -264,8 +264,12 @@ class SeccompUnavailable(RuntimeError):
 
 
 @functools.lru_cache(maxsize=1)
-def compile_filter() -> tuple[bytes, tuple[str, ...]]:
+def compile_filter(deterministic: bool = True) -> tuple[bytes, tuple[str, ...]]:
     """(raw BPF program of the children's filter, names libseccomp did not know and skipped).
+
+    ``deterministic`` adds the rules of determinism by construction (``TIMESTAMPS``, ``CLOCK``,
+    ``ENTROPY``, ``ARGUMENT_RULES``); without them a child keeps its clocks, timers and ``stat``
+    (``Sandbox(deterministic=False)``, for evaluation harnesses that time their tests).
 
     Raises ``SeccompUnavailable`` when the filter cannot be built on this machine.
     """
@@ -292,13 +296,15 @@ def compile_filter() -> tuple[bytes, tuple[str, ...]]:
 
         for name in DENIED:
             deny(name)
-        for name in (*HOST_STATE, *TIMESTAMPS):
+        for name in HOST_STATE:
             deny(name)
-        for name in CLOCK:
+        for name in TIMESTAMPS if deterministic else ():
+            deny(name)
+        for name in CLOCK if deterministic else ():
             deny(name, action=sc.ERRNO(errno.ETIME))
-        for name in ENTROPY:
+        for name in ENTROPY if deterministic else ():
             deny(name, action=sc.ERRNO(errno.ENODATA))
-        for name, conditions, errno_name, _ in ARGUMENT_RULES:
+        for name, conditions, errno_name, _ in ARGUMENT_RULES if deterministic else ():
             args = [sc.Arg(i, sc.NE, 0) if mask is None else sc.Arg(i, sc.MASKED_EQ, mask, value)
                     for i, mask, value in conditions]  # 32-bit arguments are masked to 32 bits
             deny(name, *args, action=sc.ERRNO(getattr(errno, errno_name)))
@@ -318,10 +324,10 @@ def compile_filter() -> tuple[bytes, tuple[str, ...]]:
     return bpf, tuple(unknown)
 
 
-def filter_for_servers() -> dict:
+def filter_for_servers(deterministic: bool = True) -> dict:
     """What the fork servers need: ``{"bpf": hex, "unknown": [...]}``, or ``{"unavailable": why}``."""
     try:
-        bpf, unknown = compile_filter()
+        bpf, unknown = compile_filter(deterministic)
     except SeccompUnavailable as exc:
         return {"unavailable": str(exc)}
     return {"bpf": bpf.hex(), "unknown": list(unknown)}

@@ -353,6 +353,9 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int, mappings) 
     os.environ.pop(layout.PAD_VARIABLE, None)
     os.environ.pop("GLIBC_TUNABLES", None)
     without = config.get("without", ())
+    deterministic = config.get("deterministic", True)
+    if not deterministic:  # an evaluation harness's sandbox: clocks and entropy stay (executor.Sandbox)
+        without = (*without, "clock")
     report["layout"] = layout.perturb_mappings(seed) if "layout" not in without else "left out"
     layout.fix_exec_random(seed)
     for name in PRELOAD:
@@ -362,7 +365,8 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int, mappings) 
             report.setdefault("not_preloaded", []).append(name)
     if "layout" not in without:
         report["layout"].update(layout.perturb_objects(seed))
-    _seed_random(seed)
+    if deterministic:
+        _seed_random(seed)
     report["clock"] = clock.prepare(mappings) if "clock" not in without else "left out"
     server = Server(config, mode, report, req)
     report["seccomp"] = (
@@ -429,7 +433,8 @@ def main(argv: list[str]) -> int:
     if wanted in ("auto", "full") and isolation.is_root():
         try:
             needed = isolation.runtime_paths()
-            report = isolation.enter_namespaces(bool(config["limits"]["network"]), needed)
+            devices = isolation.DEVICES + (() if config.get("deterministic", True) else isolation.RANDOM_DEVICES)
+            report = isolation.enter_namespaces(bool(config["limits"]["network"]), needed, devices)
             mode = "full"
         except isolation.NamespacesUnavailable as exc:
             report = {"namespaces_failed": str(exc)}
