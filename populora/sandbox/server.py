@@ -260,11 +260,12 @@ class Server:
                 if not (res if fd == r_res else out).read_from(fd):
                     poller.unregister(fd)
                     open_pipes.discard(fd)
-        if timed_out:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if timed_out:  # alive (unreaped), so its pid and group are still its own
+            for target in (pid, -pid):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         if self.template.forked and not exited:  # the template reports once it has reaped the child
             poller = select.poll()
             poller.register(exit_fd, select.POLLIN)
@@ -298,7 +299,12 @@ class Server:
         """
         if self.namespaced:
             return
-        if self.mode == "full" and not self.template.forked:  # PID 1: every other process is the program's
+        if self.template.forked:  # the template killed the child's group before reaping it (a pid
+            # it reaped may be another process's now: no killpg here); what left the group comes,
+            # orphaned, to this server (a subreaper)
+            isolation.kill_descendants(spare=self.template.pid)
+            return
+        if self.mode == "full":  # PID 1: every other process is the program's
             try:
                 os.kill(-1, signal.SIGKILL)
             except ProcessLookupError:

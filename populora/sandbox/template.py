@@ -44,6 +44,7 @@ RUSAGE = struct.Struct("<qq qq 14q")  # ru_utime, ru_stime (timeval: sec, usec),
 REPORT_SIZE = 8 + RUSAGE.size
 # the template's descriptors, at fixed numbers (a child inherits them, then closes them)
 GO_FD, SOCKET_FD, REPORT_FD, LAST_PID_FD = 3, 4, 5, 6
+P_PID, WEXITED, WNOWAIT = 1, 4, 0x01000000
 
 
 class TemplateDied(OSError):
@@ -109,9 +110,12 @@ class Template:
 
         poller = select.poll()
         poller.register(self.sock, select.POLLIN)
+        if self.forked:
+            poller.register(self.reports, select.POLLIN)
         left = deadline - time.monotonic()
-        if left <= 0 or not poller.poll(left * 1000):
-            raise TemplateDied(0, "no child said hello")
+        ready = [fd for fd, _ in poller.poll(max(left, 0) * 1000)]
+        if self.sock.fileno() not in ready:
+            raise TemplateDied(0, "the child died before its hello" if ready else "no child said hello")
         _, ancillary, _, _ = self.sock.recvmsg(16, socket.CMSG_SPACE(12))
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
@@ -212,20 +216,22 @@ def _loop(namespace: bool, reset_pid: bool, enter) -> None:
     before them. The report buffer is zeroed once sent."""
     read, write, pwrite, fork = os.read, os.write, os.pwrite, os.fork
     libc = ctypes.CDLL(None)  # no argument types: ints and pointers pass without new objects, and
-    wait4, kill = libc.wait4, libc.kill  # a failure is a return value, not an exception
+    wait4, waitid, kill = libc.wait4, libc.waitid, libc.kill  # a failure is a return value
     buf = ctypes.create_string_buffer(REPORT_SIZE)
     status, usage = ctypes.byref(buf), ctypes.byref(buf, 8)
+    info = ctypes.byref(ctypes.create_string_buffer(128))  # a siginfo_t, never read
     view, zero, one = memoryview(buf).cast("B"), bytes(REPORT_SIZE), b"1"
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # the server gone: the template goes too
     while read(GO_FD, 1):
         if reset_pid:
             pwrite(LAST_PID_FD, one, 0)  # the next pid is 2
         pid = fork() or enter(SOCKET_FD)  # a child never comes back from enter
+        waitid(P_PID, pid, info, WEXITED | WNOWAIT)  # gone, its pid (and group) still held
+        # whatever it started: its namespace, or its process group (the server sweeps the rest)
+        kill(-1 if namespace else -pid, signal.SIGKILL)
         wait4(pid, status, 0, usage)
-        if namespace:  # whatever the child started: killed and reaped before the report
-            kill(-1, signal.SIGKILL)
-            while wait4(-1, None, 0, None) > 0:
-                pass
+        while namespace and wait4(-1, None, 0, None) > 0:  # reaped before the report
+            pass
         write(REPORT_FD, view)
         view[:] = zero
         del pid  # freed in the order it was made: the free lists are as they were
