@@ -12,8 +12,8 @@ syntax errors, bad inputs) is validated in one run by
    leaves the turns that follow; four replicas; hash seeds drawn per step on fresh fork servers;
    code_f inputs alone in the first execution), the last row being the new layout (``TaskEnv()``'s
    defaults); and the new layout once more on a sandbox without issue 37's layers (``ISSUE_37``:
-   no clock, children forked from the template in a PID namespace, the layout perturbed from the
-   seed; the seccomp filter's clock and entropy rules cannot be left out alone). Each validation
+   no clock, children forked from the template in a PID namespace of its own, the layout perturbed
+   from the seed; the seccomp filter's clock and entropy rules cannot be left out alone). Each validation
    is a new step, as in a run, so the seeds (and fork servers) are new each time;
 2. naive, serial: one fresh ``python -c`` process per execution, one at a time (what a single
    executor worker does, as in the AZR reference), with the layout before issue 32;
@@ -48,7 +48,7 @@ LAYOUTS = (
     ("+ seeds per step", {**BEFORE, "early_stop": True, "replicas": (0, 1, 2, 3), "replica_seeds": "step"}),
     ("+ inputs alone (new)", {}),
 )
-ISSUE_37 = ("clock", "template", "pid_namespace", "layout")  # the sandbox layers issue 37 added
+ISSUE_37 = ("clock", "template", "layout")  # the sandbox layers issue 37 added
 WITHOUT_37 = "new layout, without issue 37"
 
 

@@ -42,10 +42,9 @@ SERVER_SCRIPT = Path(__file__).with_name("server.py")
 ISOLATION_MODES = ("auto", "full", "uid", "rlimits")
 # isolation layers that ``Sandbox(without=...)`` can leave out, to measure what each one costs:
 # the seccomp filter, a child's IPC namespace, its scratch tmpfs, the empty /proc; and those of
-# determinism by construction: no clock (clock.py), children forked from the template
-# (template.py), the template's PID namespace, the layout perturbations (layout.py)
-LAYERS = ("seccomp", "ipc_namespace", "scratch_tmpfs", "hidden_proc", "clock", "template", "pid_namespace",
-          "layout")
+# determinism by construction: no clock (clock.py), children forked from the template and its PID
+# namespace (template.py), the layout perturbations (layout.py)
+LAYERS = ("seccomp", "ipc_namespace", "scratch_tmpfs", "hidden_proc", "clock", "template", "layout")
 STARTUP_SECONDS = 30.0  # generous: two cores shared with a trainer can be slow to start Python
 GRACE_SECONDS = 5.0  # past the wall limit, the server itself is presumed hung
 UID_BASE, UID_SPAN = 2_000_000, 1_000_000  # unprivileged uids for children (no /etc/passwd entry needed)

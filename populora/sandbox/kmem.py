@@ -2,8 +2,8 @@
 
 ``python -m populora.sandbox.kmem [--memory-mb 64] [--repeat 3] [PROGRAM.py ...]`` runs each
 program (by default the ``kmem_*.py`` attacks of ``tests/hostile/``) through a fresh ``Sandbox``
-with its entry called as ``f(hold)``: the attack builds what it can, holds it for ``hold`` seconds
-and returns. Meanwhile the caller samples, every few milliseconds,
+with its entry called as ``f(hold)``: the attack builds what it can, holds it while it spins for
+about ``hold`` seconds of CPU (a child has no clock to sleep by) and returns. Meanwhile the caller samples, every few milliseconds,
 
 * the memory cgroup it moved itself into before starting the sandbox (so the fork servers and every
   child are charged there): ``memory.usage_in_bytes`` / ``memory.kmem.usage_in_bytes`` (cgroup v1)
@@ -14,7 +14,7 @@ and returns. Meanwhile the caller samples, every few milliseconds,
   is charged for (unix socket buffers), and the noise of everything else that runs.
 
 Each column is the peak over the run minus the median before it, minus the same figure for an idle
-program (one that only sleeps) measured in the same round; ``after`` is what stays charged once the
+program (one that only spins) measured in the same round; ``after`` is what stays charged once the
 program is gone. The table printed is the median over ``--repeat`` rounds, in MiB. Needs root for
 the cgroup (without it only the ``/proc/meminfo`` column is measured). ``docs/sandbox.md`` has the
 figures and what they mean.

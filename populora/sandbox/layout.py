@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import hashlib
 import mmap
 import random
 
@@ -43,14 +42,14 @@ STACK_PAD = 4096  # bytes of environment padding, at most
 MAP_PAGES = 512  # pages of PROT_NONE reservation, at most (2 MiB of address space, no memory)
 HEAP_BYTES = 1 << 16  # bytes of the kept malloc block, at most
 SIZE_CLASSES = range(16, 513, 16)  # pymalloc's size classes on 64-bit builds
-CLASS_BYTES = 1 << 18  # bytes kept per size class, at most: the next block moves by up to 256 KiB
+CLASS_BYTES = 1 << 16  # bytes kept per size class, at most: the next block moves by up to 64 KiB
 BLOCKS = 256  # objects kept per free list (lists, dicts, tuples, floats), at most
 ADDR_NO_RANDOMIZE = 0x0040000
 
 
 def draws(seed: int) -> random.Random:
     """The perturbations' random stream: a pure function of the server's hash seed."""
-    return random.Random(hashlib.sha256(f"populora-layout:{int(seed)}".encode()).digest())
+    return random.Random(f"populora-layout:{int(seed)}")  # a str seed goes through SHA-512
 
 
 def environment(seed: int) -> dict[str, str]:
@@ -97,7 +96,7 @@ def fix_exec_random(seed: int) -> None:
     libc.getauxval.argtypes = [ctypes.c_ulong]
     where = libc.getauxval(25)  # AT_RANDOM
     if where:
-        ctypes.memmove(where, hashlib.sha256(f"populora-at-random:{int(seed)}".encode()).digest()[:16], 16)
+        ctypes.memmove(where, random.Random(f"populora-at-random:{int(seed)}").randbytes(16), 16)
 
 
 def perturb_objects(seed: int) -> dict:

@@ -383,8 +383,8 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int, mappings) 
     gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write pages)
     server.template = template.Template(
         server.enter, lambda: server.forget(config),
-        pid_namespace=mode == "full" and "pid_namespace" not in without, forked="template" not in without)
-    server.namespaced = server.template.report["pid"].startswith(str(template.CHILD_PID))
+        pid_namespace=mode == "full", forked="template" not in without)
+    server.namespaced = server.template.namespace
     report.update(server.template.report)
     protocol.write_json(resp, {"ready": True, "mode": mode, "report": report, "pid": os.getpid()})
     while True:

@@ -64,13 +64,20 @@ class Template:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self.report: dict = {"template": "forked from a template" if forked else "forked from the server"}
         self.pid = None
+        self.namespace = False  # children live in the template's PID namespace (it sweeps them)
         if not forked:
             self._child_sock = child_sock
             self.report["pid"] = "the server's count of children"
             return
+        namespace = pid_namespace and _unshare_pid()
+        if pid_namespace and not namespace:  # full mode, whose server sweeps by kill(-1), needs it
+            self.forked = False
+            self._child_sock = child_sock
+            self.report.update(template="forked from the server (no PID namespace for a template)",
+                               pid="the server's count of children")
+            return
         go_r, self.go = os.pipe()
         self.reports, report_w = os.pipe()
-        namespace = pid_namespace and _unshare_pid()
         self.report["pid"] = f"{CHILD_PID} in a PID namespace per server" if namespace else "the server's count of children"
         pid = os.fork()
         if pid == 0:  # the template
@@ -80,7 +87,7 @@ class Template:
                 os.write(2, f"the template could not start: {exc!r}\n".encode())
             finally:
                 os._exit(1)
-        self.pid = pid
+        self.pid, self.namespace = pid, namespace
         os.close(go_r)
         os.close(report_w)
         child_sock.close()
