@@ -7,10 +7,15 @@ to the benchmarks directory, or a user-given path), the sha256 of the official f
 and how an item's gold answer is read. ``load_items(name)`` returns ``Item`` records in file
 order; item ids are stable strings (the dataset's own id where it has one, else the line number).
 
-The benchmarks directory is ``$POPULORA_BENCHMARKS_DIR``, or ``<repo>/../shared/benchmarks`` beside a
-source checkout, or ``/opt/populora/benchmarks`` (an installed package, as in the image); each
-benchmark's file can also be given explicitly (``paths={"gsm8k": "/data/gsm8k.jsonl"}``).
-LiveCodeBench lives in :mod:`eval.livecodebench` (its official files are not available offline).
+The test sets ship with the package (``eval/data/``, one folder per benchmark; source, version,
+sha256 and licence of every file in ``eval/data/provenance.json`` and ``eval/data/README.md``), so a
+clone or an installed package evaluates with nothing beside it. A user's copy overrides them:
+``--data-dir`` (``explicit``), else ``$POPULORA_BENCHMARKS_DIR``, else ``/opt/populora/benchmarks``
+when something is bound there (a container job), else the shipped ``eval/data``; a benchmark whose
+file is missing from a user's directory is read from the shipped copy. Each benchmark's file can also
+be given explicitly (``paths={"gsm8k": "/data/gsm8k.jsonl"}``). LiveCodeBench lives in
+:mod:`eval.livecodebench`: its test cases are too large to ship and are the one documented download
+(``DOWNLOADS``).
 """
 
 from __future__ import annotations
@@ -27,9 +32,17 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_DIR = "POPULORA_BENCHMARKS_DIR"
-# Where an installed package (the container image) looks when neither --data-dir nor the variable is
-# set and no source checkout is around: jobs bind the benchmark directory here (docs/hpc.md).
+# The test sets shipped with the package (package data; provenance.json says where each file comes from).
+PACKAGED_DIR = Path(__file__).resolve().parent / "data"
+# Where a container job finds a user's copy bound over the shipped one (docs/hpc.md); the image keeps
+# the directory empty, so without a bind the shipped data is read.
 IMAGE_DIR = Path("/opt/populora/benchmarks")
+# Benchmarks whose data the project does not ship, with the reason and where the download is documented.
+# Tests that need one are marked ``download("<name>")`` (tests/conftest.py) and skip, naming it, without it.
+DOWNLOADS = {
+    "livecodebench": "LiveCodeBench's test cases (about 4.4 GB, published only on the Hugging Face hub): "
+                     "docs/evaluation.md, 'LiveCodeBench data'",
+}
 
 
 class BenchmarkDataError(RuntimeError):
@@ -197,22 +210,34 @@ def resolve_benchmarks(text: str) -> list[str]:
     return out
 
 
+def _has_entries(directory: Path) -> bool:
+    try:
+        return directory.is_dir() and any(directory.iterdir())
+    except OSError:  # unreadable: nothing usable is bound there
+        return False
+
+
 def benchmarks_dir(explicit: str | os.PathLike | None = None) -> Path:
     """The benchmarks directory: ``explicit``, else ``$POPULORA_BENCHMARKS_DIR``, else
-    ``<repo>/../shared/benchmarks`` beside a source checkout, else :data:`IMAGE_DIR` (an installed
-    package, as in the container image: bind the benchmarks there)."""
+    :data:`IMAGE_DIR` when a copy is bound there (a container job), else the shipped
+    :data:`PACKAGED_DIR`."""
     if explicit:
         return Path(explicit)
     if os.environ.get(ENV_DIR):
         return Path(os.environ[ENV_DIR])
-    beside = REPO_ROOT.parent / "shared" / "benchmarks"
-    return beside if beside.is_dir() else IMAGE_DIR
+    return IMAGE_DIR if _has_entries(IMAGE_DIR) else PACKAGED_DIR
 
 
 def benchmark_path(name: str, data_dir: str | os.PathLike | None = None, path: str | os.PathLike | None = None) -> Path:
-    """Where ``name``'s file is; errors say which file is missing and how to provide it."""
+    """Where ``name``'s file is: ``path``, else in the benchmarks directory, else the shipped copy;
+    errors say which file is missing and how to provide it."""
     spec = BENCHMARKS[name]
-    p = Path(path) if path else benchmarks_dir(data_dir) / spec.relpath
+    if path:
+        p = Path(path)
+    else:
+        p = benchmarks_dir(data_dir) / spec.relpath
+        if not p.exists() and (PACKAGED_DIR / spec.relpath).is_file():
+            p = PACKAGED_DIR / spec.relpath  # shipped: a user's directory need not hold every benchmark
     if not p.exists():
         raise BenchmarkDataError(
             f"{spec.version}: file {p} not found. Put the official file there, set ${ENV_DIR} to the "

@@ -27,7 +27,7 @@ from pathlib import Path
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from eval.benchmarks import MATH_BENCHMARKS, benchmarks_dir
+from eval.benchmarks import MATH_BENCHMARKS, benchmark_path
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 
@@ -92,14 +92,11 @@ def task_manager():
 
 def task_configs(names: Sequence[str] = MATH_BENCHMARKS, data_dir=None) -> list[dict]:
     """Configs of the ``populora_<name>`` tasks with ``data_files`` under the benchmarks directory."""
-    root = benchmarks_dir(data_dir)
     out = []
     for name in names:
         if name not in MATH_BENCHMARKS:
             raise ValueError(f"no lm-eval task for {name!r} (math sets: {', '.join(MATH_BENCHMARKS)})")
-        path = root / name / "test.jsonl"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; set $POPULORA_BENCHMARKS_DIR or pass data_dir")
+        path = benchmark_path(name, data_dir)  # the user's copy, else the shipped one
         cfg = _load_task_yaml(TASKS_DIR / f"populora_{name}.yaml")
         cfg["dataset_kwargs"] = {"data_files": {"test": str(path)}}
         out.append(cfg)

@@ -156,7 +156,7 @@ def _host(profile: ClusterProfile, inside: str | None) -> str | None:
 def benchmark_items(plan, pf: Preflight) -> tuple[dict[str, list[int]], dict[str, int], int]:
     """Load every selected benchmark as ``populora eval`` will (host paths of the job's data); problems go
     to ``pf``. Returns the prompt lengths per benchmark, the token budgets and the samples per item."""
-    from eval.benchmarks import BenchmarkDataError, resolve_benchmarks
+    from eval.benchmarks import PACKAGED_DIR, BenchmarkDataError, resolve_benchmarks
     from eval.pipeline import load_benchmarks
     from eval.settings import EvalSettings
 
@@ -167,7 +167,9 @@ def benchmark_items(plan, pf: Preflight) -> tuple[dict[str, list[int]], dict[str
     except ValueError as e:
         pf.errors.append(str(e))
         return {}, {}, 1
-    data_dir = _host(profile, benchmarks_inside(profile, plan.spec.eval_args))
+    inside = benchmarks_inside(profile, plan.spec.eval_args)
+    # None: the image's shipped test sets, the same files as this checkout's eval/data
+    data_dir = str(PACKAGED_DIR) if inside is None else _host(profile, inside)
     if data_dir is None:  # not visible in the jobs: path_problems names the bind; nothing to load here
         return {}, {}, args.samples
     paths = {k: _host(profile, v) or v for k, v in args.data}

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import ENV_DIR, load_items
+from eval.benchmarks import benchmarks_dir, load_items
 from eval.evalplus import canonical_solutions, prepare_program, solution_source
 from eval.samples import score_samples
 from eval.settings import EvalSettings
 
-DATA = Path(os.environ.get(ENV_DIR, Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks"))
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 FULL = os.environ.get("POPULORA_EVAL_FULL") == "1"
 CI_SLICE = 12
 BROKEN_IN_EVALPLUS = {"HumanEval/32"}
@@ -41,7 +40,6 @@ def _score(bench, programs, tmp_path, items):
     return {r["task_id"]: r["metrics"]["base"] and r["metrics"]["plus"] for r in records}, agg
 
 
-@needs_data
 @pytest.mark.slow
 @pytest.mark.parametrize("bench", ["humaneval_plus", "mbpp_plus"])
 def test_canonical_pass_and_wrong_fail(bench, tmp_path):
@@ -68,7 +66,6 @@ def test_canonical_pass_and_wrong_fail(bench, tmp_path):
     assert not any(wrong_passed.values())
 
 
-@needs_data
 @pytest.mark.slow
 def test_mbpp_630_canonical_passes_from_a_model_output(tmp_path):
     """Mbpp/630's canonical solution has a yield-only helper that EvalPlus's sanitizer drops; written
@@ -108,9 +105,7 @@ def test_prepare_program_keeps_definitions_and_sanitizes_only_what_needs_it():
 
 
 def test_solution_source_by_template():
-    item = load_items("humaneval_plus", data_dir=DATA)[0] if (DATA / "humaneval_plus").is_dir() else None
-    if item is None:
-        pytest.skip("benchmark files missing")
+    item = load_items("humaneval_plus", data_dir=DATA)[0]
     prompt = item.question.rstrip()
     body = "\n    return True\n"
     assert solution_source(item, prompt, body, "base") == prompt + body
@@ -122,7 +117,6 @@ def test_solution_source_by_template():
     assert "return 2" in solution_source(item, "x", r1, "r1")
 
 
-@needs_data
 def test_a_repeated_program_runs_once_and_every_copy_gets_its_verdict(tmp_path, monkeypatch):
     """Samples of a sampled evaluation repeat programs: EvalPlus runs each distinct program of a task
     once, and each adapter (or sample) that wrote it gets that program's verdict."""

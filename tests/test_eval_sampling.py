@@ -7,12 +7,11 @@ samples and another seed other ones."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import ENV_DIR, Item
+from eval.benchmarks import Item, benchmarks_dir
 from eval.decoding import SAMPLED_TEMPERATURE, SAMPLED_TOP_P, Decoding, request_index
 from eval.families import ScoredAnswer
 from eval.generate import (
@@ -32,8 +31,7 @@ from populora.cli import main
 from populora.policy.base import Completion, GenerationResult
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get(ENV_DIR, REPO.parent / "shared" / "benchmarks"))
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 SAMPLED = Decoding(4, 0.7, 0.9, 11)
 
 
@@ -170,7 +168,6 @@ def test_score_rows_carry_pass_at_k_avg_and_solve_rates():
 
 
 # -- the real engine ----------------------------------------------------------------------------------
-@needs_data
 @pytest.mark.slow
 def test_tiny_sampled_eval_is_reproducible_and_gives_pass_at_k(tmp_path, capsys):
     from eval.engine import make_engine

@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--items", type=int, default=8, help="first N HumanEval+ problems")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
+    p.add_argument("--data-dir", help="a directory with your own copy of the benchmark files (default: $POPULORA_BENCHMARKS_DIR, else the shipped eval/data)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -124,7 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="token budget per benchmark (repeatable); defaults in eval/benchmarks.py")
     p.add_argument("--data", type=_kv, action="append", default=[], metavar="BENCH=PATH",
                    help="benchmark file (LiveCodeBench: directory of test*.jsonl); repeatable")
-    p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
+    p.add_argument("--data-dir", help="a directory with your own copy of the benchmark files (default: $POPULORA_BENCHMARKS_DIR, else the shipped eval/data)")
     p.add_argument("--lcb-release", default="release_v5", help="LiveCodeBench release (default release_v5)")
     p.add_argument("--lcb-start", default="2024-08-01", help="first contest date (ISO), inclusive")
     p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), inclusive (as LCB)")

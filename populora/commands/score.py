@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("samples", help="JSON lines: task_id + solution|completion (code), id + answer (math)")
     p.add_argument("--out", help="write the per-sample verdicts (and the aggregate line) here")
     p.add_argument("--data", help="the benchmark's file (LiveCodeBench: directory of test*.jsonl)")
-    p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
+    p.add_argument("--data-dir", help="a directory with your own copy of the benchmark files (default: $POPULORA_BENCHMARKS_DIR, else the shipped eval/data)")
     p.add_argument("--parallel", type=int, help="EvalPlus workers (default: EvalPlus's own, cpu_count // 2)")
     p.add_argument("--evalplus-max-memory-gb", type=float, help="EvalPlus address-space limit (default its 4 GiB)")
     p.add_argument("--evalplus-min-time-limit", type=float, default=1.0, help="EvalPlus seconds per test (default 1)")
