@@ -44,6 +44,12 @@ from pathlib import Path
 from eval.benchmarks import BENCHMARKS, benchmark_path, sha256_file
 from eval.families import BenchmarkFamily, ScoredAnswer
 
+
+def evalplus_default_parallel() -> int:
+    """EvalPlus's own default worker count (``evalplus.evaluate``: ``cpu_count() // 2``, at least 1)."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
 _DATASET = {"humaneval_plus": ("humaneval", "HUMANEVAL_OVERRIDE_PATH"), "mbpp_plus": ("mbpp", "MBPP_OVERRIDE_PATH")}
 
 _CHILD = """
@@ -187,8 +193,6 @@ def score_evalplus(
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         if max_memory_gb is not None:
             env["EVALPLUS_MAX_MEMORY_BYTES"] = str(int(max_memory_gb * 1024**3))
-        from eval.settings import evalplus_default_parallel
-
         cmd = [sys.executable, "-c", _CHILD, dataset, str(samples), str(parallel or evalplus_default_parallel()),
                str(min_time_limit), str(gt_time_limit_factor)]
         try:

@@ -8,17 +8,12 @@ turned into an engine in ``eval.engine.make_engine`` only.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 
 from eval.benchmarks import BENCHMARKS
 from eval.decoding import Decoding
+from eval.evalplus import evalplus_default_parallel
 from populora.policy.config import PolicyConfig
-
-
-def evalplus_default_parallel() -> int:
-    """EvalPlus's own default worker count (``evalplus.evaluate``: ``cpu_count() // 2``, at least 1)."""
-    return max(1, (os.cpu_count() or 2) // 2)
 
 
 @dataclass

@@ -252,8 +252,7 @@ def run_scoring(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from eval.evalplus import _dataset_copy, canonical_solutions
-    from eval.settings import evalplus_default_parallel
+    from eval.evalplus import _dataset_copy, canonical_solutions, evalplus_default_parallel
 
     parallel = args.parallel or evalplus_default_parallel()
     canon = canonical_solutions("humaneval_plus", data_dir=args.data_dir)
