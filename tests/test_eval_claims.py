@@ -13,10 +13,10 @@ import pytest
 import yaml
 from eval_synthetic import make_sweep
 
-from eval.claims import build_claims
-from eval.leaderboard import read_scores, write_leaderboard
-from eval.paired import compare
-from eval.seeds import adapter_scores, group_runs, identify_runs
+from eval.leaderboard.claims import build_claims
+from eval.leaderboard.page import read_scores, write_leaderboard
+from eval.leaderboard.paired import compare
+from eval.leaderboard.seeds import adapter_scores, group_runs, identify_runs
 from eval.stats import mean_interval, paired_bootstrap
 
 CODE = ("humaneval_plus", "mbpp_plus", "livecodebench")

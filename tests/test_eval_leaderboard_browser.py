@@ -17,7 +17,7 @@ import pytest
 from conftest import chromium_binary
 from test_eval_leaderboard import PROV, _row, _write
 
-from eval.leaderboard import GROUPS, write_leaderboard
+from eval.leaderboard.page import GROUPS, write_leaderboard
 
 WIDTH = 1400
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import BenchmarkDataError
-from eval.lcb_harness import same_output
-from eval.livecodebench import empty_private_warning, load_livecodebench, score_livecodebench
+from eval.benchmarks.lcb_harness import same_output
+from eval.benchmarks.livecodebench import empty_private_warning, load_livecodebench, score_livecodebench
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "livecodebench"
 

@@ -11,7 +11,7 @@ Each score file carries the provenance: engine (backend, dtype), decoding, libra
 benchmark versions and checksums, template, stop strings, token budgets, the scorers' limits, each
 run's training state, configuration and seed, model and git commit.
 
-Every benchmark is handled through its family (``eval.families``): the loop below never tests a name.
+Every benchmark is handled through its family (``eval.benchmarks.families``): the loop below never tests a name.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, REPO_ROOT, Item, data_fingerprint, load_items
-from eval.decoding import Decoding
-from eval.engine import make_engine
-from eval.families import ScoredAnswer, family_of, wilson_interval
-from eval.generate import (
+from eval.benchmarks.families import ScoredAnswer, family_of, wilson_interval
+from eval.runner.decoding import Decoding
+from eval.runner.engine import make_engine
+from eval.runner.generate import (
     ShardError,
     append_records,
     generate_shard,
@@ -37,8 +37,8 @@ from eval.generate import (
     merge,
     write_or_check_plan,
 )
-from eval.runs import EvalAdapter, check_base_model, read_run, run_info
-from eval.settings import EvalSettings
+from eval.runner.runs import EvalAdapter, check_base_model, read_run, run_info
+from eval.runner.settings import EvalSettings
 from eval.stats import avg_at_n, pass_at_k_curve
 
 __all__ = ["METRICS", "EvalSettings", "evaluate_runs", "make_engine", "load_benchmarks", "score_rows"]
@@ -118,7 +118,7 @@ def _plan_stops(workdir: Path) -> dict:
 
 
 def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir: Path, backend=None, log=print) -> None:
-    from eval.prompts import stop_strings, stop_token_ids
+    from eval.benchmarks.prompts import stop_strings, stop_token_ids
     from populora.policy.engine import engine_class
 
     for b, its in items.items():

@@ -1,9 +1,9 @@
 """Leaderboards from the score files of runs: Markdown, CSV, HTML and PNG figures.
 
 The page, top to bottom (every table captioned with its decoding, seeds, benchmark versions and item
-counts, and LiveCodeBench's release and date window: ``eval.labels``):
+counts, and LiveCodeBench's release and date window: ``eval.leaderboard.labels``):
 
-1. the claims (``eval.claims``): across-seed tables (mean over seeds of the population mean and of the
+1. the claims (``eval.leaderboard.claims``): across-seed tables (mean over seeds of the population mean and of the
    best member, the baseline, the base model, with 95% t intervals across seeds), the paired
    comparison of every population configuration with the baseline (difference, bootstrap interval,
    p-value; table and forest plot) and the pass@k curves of a sampled evaluation;
@@ -34,9 +34,15 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.claims import build_claims, claims_html, claims_markdown, render_figures, write_claims_files
-from eval.columns import ALL_COLUMNS, AVERAGE_RULE, AVERAGES, GROUPS, group_average
-from eval.paired import BOOTSTRAP_SEED, N_BOOT
+from eval.leaderboard.claims import (
+    build_claims,
+    claims_html,
+    claims_markdown,
+    render_figures,
+    write_claims_files,
+)
+from eval.leaderboard.columns import ALL_COLUMNS, AVERAGE_RULE, AVERAGES, GROUPS, group_average
+from eval.leaderboard.paired import BOOTSTRAP_SEED, N_BOOT
 
 __all__ = ["ALL_COLUMNS", "AVERAGES", "AVERAGE_RULE", "GROUPS", "build_table", "read_scores", "write_leaderboard"]
 ROLE_ORDER = {"teacher": 0, "student": 1, "population": 2, "baseline": 3}
@@ -228,7 +234,7 @@ def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path, *, seed_k
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     prov_lines = _provenance_lines(provs)
-    from eval.figures import chart_png
+    from eval.leaderboard.figures import chart_png
 
     png = chart_png(cols, table)
     render_figures(claims)

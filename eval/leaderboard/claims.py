@@ -2,14 +2,14 @@
 the paired comparison against the baseline, and the pass@k curves; built once (:func:`build_claims`)
 and written as Markdown, HTML, CSV and JSON.
 
-- across seeds (``eval.seeds``): per configuration, the mean over seeds of the population mean and of
+- across seeds (``eval.leaderboard.seeds``): per configuration, the mean over seeds of the population mean and of
   the best member, the baseline and the base model, each with its 95% Student-t interval across
   seeds; at pass@1 (greedy, or avg@N) and, for a sampled evaluation, at pass@N;
-- paired (``eval.paired``): population mean minus baseline per benchmark and for the code and math
+- paired (``eval.leaderboard.paired``): population mean minus baseline per benchmark and for the code and math
   averages, with the bootstrap interval and p-value, as a table and a forest plot;
-- pass@k (``eval.passk``): one figure per benchmark family (PNG, embedded in the HTML).
+- pass@k (``eval.leaderboard.passk``): one figure per benchmark family (PNG, embedded in the HTML).
 
-Every table carries its caption (``eval.labels``): decoding, seeds, benchmark versions and item
+Every table carries its caption (``eval.leaderboard.labels``): decoding, seeds, benchmark versions and item
 counts, LiveCodeBench's release and date window.
 """
 
@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.columns import MAIN_COLUMNS
-from eval.labels import caption, decoding_text, seeds_text
-from eval.paired import BOOTSTRAP_SEED, N_BOOT, Comparison, compare
-from eval.passk import FAMILY_TITLES, Curve, curves, families
-from eval.seeds import (
+from eval.leaderboard.columns import MAIN_COLUMNS
+from eval.leaderboard.labels import caption, decoding_text, seeds_text
+from eval.leaderboard.paired import BOOTSTRAP_SEED, N_BOOT, Comparison, compare
+from eval.leaderboard.passk import FAMILY_TITLES, Curve, curves, families
+from eval.leaderboard.seeds import (
     AdapterScores,
     RunGroup,
     SeedRow,
@@ -99,7 +99,7 @@ def build_claims(run_dirs: Sequence[str | Path], rows: Sequence[dict], provs: Ma
 
 
 def render_figures(claims: Claims) -> dict[str, bytes]:
-    from eval.figures import passk_png
+    from eval.leaderboard.figures import passk_png
 
     for fam, panels in claims.curves.items():
         claims.figures[fam] = passk_png(f"pass@k, {FAMILY_TITLES.get(fam, fam)}", panels, claims.figure_caption,
@@ -180,7 +180,7 @@ def claims_markdown(claims: Claims) -> list[str]:
 
 
 def claims_html(claims: Claims) -> str:
-    from eval.figures import forest_svg
+    from eval.leaderboard.figures import forest_svg
 
     parts = []
     for title, k, rows in claims.seed_tables:

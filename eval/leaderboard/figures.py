@@ -19,7 +19,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from eval.columns import AVERAGES, GROUPS
+from eval.leaderboard.columns import AVERAGES, GROUPS
 
 PALETTE = ("#1f5fbf", "#c0392b", "#2e8b57", "#8e44ad", "#d35400", "#16a085", "#7f8c8d", "#b7950b")
 
@@ -96,7 +96,7 @@ def chart_png(cols, table) -> bytes:
 
 def passk_png(title: str, panels: Mapping[str, Sequence], caption: str = "",
               items: Mapping[str, str] | None = None) -> bytes:
-    """One figure: a panel per benchmark column (``panels[col]``: its ``eval.passk.Curve`` list), the
+    """One figure: a panel per benchmark column (``panels[col]``: its ``eval.leaderboard.passk.Curve`` list), the
     legend on the right, ``caption`` (decoding, seeds) under the title; ``items[col]``: its item count."""
     import textwrap
 
@@ -163,7 +163,7 @@ def _nice_step(span: float) -> float:
 
 
 def forest_svg(comparisons: Sequence, width: int = 1000) -> str:
-    """The forest plot of ``eval.paired.Comparison`` rows that have a test (differences in points)."""
+    """The forest plot of ``eval.leaderboard.paired.Comparison`` rows that have a test (differences in points)."""
     rows = [c for c in comparisons if c.test is not None]
     if not rows:
         return ""

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from eval.columns import BENCHMARK_OF
-from eval.decoding import Decoding
-from eval.seeds import RunGroup
+from eval.leaderboard.columns import BENCHMARK_OF
+from eval.leaderboard.seeds import RunGroup
+from eval.runner.decoding import Decoding
 
 
 def run_decodings(provs: Mapping[str, dict]) -> dict[str, Decoding]:

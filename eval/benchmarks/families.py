@@ -7,7 +7,7 @@ sample written by another system), and the scorer. Every ``BenchmarkSpec`` in
 leaderboard loop over specs and call the family, never test a benchmark's name. Adding a benchmark of
 an existing family is one spec plus its data loader; a new family is one class registered here.
 
-The generation record that ``answer`` reads is the one ``eval.generate`` stores: ``prompt``,
+The generation record that ``answer`` reads is the one ``eval.runner.generate`` stores: ``prompt``,
 ``completion`` (stop string excluded), ``finish_reason`` (``stop``: EOS or a stop string;
 ``length``: budget exhausted) and ``template``.
 """
@@ -72,9 +72,9 @@ class BenchmarkFamily(ABC):
 
 # family name -> "module:Class"; imported when first used (scorers pull in heavy libraries)
 FAMILIES: dict[str, str] = {
-    "evalplus": "eval.evalplus:EvalPlusFamily",
-    "livecodebench": "eval.livecodebench:LiveCodeBenchFamily",
-    "math": "eval.math_answers:MathFamily",
+    "evalplus": "eval.benchmarks.evalplus:EvalPlusFamily",
+    "livecodebench": "eval.benchmarks.livecodebench:LiveCodeBenchFamily",
+    "math": "eval.benchmarks.math_answers:MathFamily",
 }
 _LOADED: dict[str, BenchmarkFamily] = {}
 

@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, benchmark_path, sha256_file
-from eval.families import BenchmarkFamily, ScoredAnswer
+from eval.benchmarks.families import BenchmarkFamily, ScoredAnswer
 
 
 def evalplus_default_parallel() -> int:
@@ -248,7 +248,7 @@ class EvalPlusFamily(BenchmarkFamily):
     name = "evalplus"
 
     def prompt(self, item, template: str, tokenizer=None) -> str:
-        from eval.prompts import (
+        from eval.benchmarks.prompts import (
             EVALPLUS_INSTRUCTION,
             EVALPLUS_RESPONSE,
             chat_prompt,
@@ -265,7 +265,7 @@ class EvalPlusFamily(BenchmarkFamily):
         return chat_prompt([{"role": "user", "content": instruction}], tokenizer) + EVALPLUS_RESPONSE + "\n```python"
 
     def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
-        from eval.prompts import template_stops
+        from eval.benchmarks.prompts import template_stops
 
         if template == "base":
             return EVALPLUS_EOS + DIRECT_COMPLETION_EOS[spec.options["dataset"]]
@@ -305,7 +305,7 @@ class EvalPlusFamily(BenchmarkFamily):
 
 def solution_source(item, prompt: str, completion: str, template: str) -> str:
     """The candidate program of a generation record, before ``prepare_program``."""
-    from eval.prompts import answer_block, prompt_opens_fence
+    from eval.benchmarks.prompts import answer_block, prompt_opens_fence
 
     if template == "base":
         return prompt + completion  # the completion continues the function body

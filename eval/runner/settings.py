@@ -1,9 +1,9 @@
 """The one settings record of an evaluation: engine, prompts, data, and the scorers' limits.
 
-``populora eval``, ``populora score`` and the benchmark families (``eval.families``) all read this type;
+``populora eval``, ``populora score`` and the benchmark families (``eval.benchmarks.families``) all read this type;
 nothing copies its fields into a second record. The engine is the policy layer's own configuration
 (``policy``: a ``populora.policy.PolicyConfig``, the same type as a run config's ``policy:`` section),
-turned into an engine in ``eval.engine.make_engine`` only.
+turned into an engine in ``eval.runner.engine.make_engine`` only.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from eval.benchmarks import BENCHMARKS
-from eval.decoding import Decoding
-from eval.evalplus import evalplus_default_parallel
+from eval.benchmarks.evalplus import evalplus_default_parallel
+from eval.runner.decoding import Decoding
 from populora.policy.config import PolicyConfig
 
 
 @dataclass
 class EvalSettings:
-    # -- engine (see eval.engine.make_engine) -----------------------------------------------------
+    # -- engine (see eval.runner.engine.make_engine) -----------------------------------------------------
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     # requests per generate call: None = the engine's own (its ``eval_chunk_size``; vLLM: every
     # pending request of a benchmark at once, so no call waits for the slowest sequence of a small

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eval.columns import GROUPS
-from eval.seeds import AdapterScores, RunGroup
+from eval.leaderboard.columns import GROUPS
+from eval.leaderboard.seeds import AdapterScores, RunGroup
 from eval.stats import PairedTest, paired_bootstrap
 
 N_BOOT = 10_000  # ours: p-values down to 1e-4; the Monte Carlo error of a 95% bound is well under 0.1 pp

@@ -1,0 +1,1 @@
+"""The leaderboard: seeds, statistics, paired comparisons, pass@k, figures, labels, the page."""

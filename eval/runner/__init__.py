@@ -1,0 +1,1 @@
+"""Running an evaluation: settings, decoding, the engine, generation, scoring, score files."""
