@@ -88,17 +88,3 @@ def family_of(spec: BenchmarkSpec | str) -> BenchmarkFamily:
         module, cls = FAMILIES[name].split(":")
         _LOADED[name] = getattr(importlib.import_module(module), cls)()
     return _LOADED[name]
-
-
-def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``k / n`` (``(0, 1)`` when ``n == 0``).
-
-    Hand-written (five lines) rather than pulling scipy/statsmodels into the evaluation for it.
-    """
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)

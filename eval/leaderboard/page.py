@@ -5,7 +5,7 @@ counts, and LiveCodeBench's release and date window: ``eval.leaderboard.labels``
 
 1. the claims (``eval.leaderboard.claims``): across-seed tables (mean over seeds of the population mean and of the
    best member, the baseline, the base model, with 95% t intervals across seeds), the paired
-   comparison of every population configuration with the baseline (difference, bootstrap interval,
+   comparison of every population configuration with the baseline (difference, interval,
    p-value; table and forest plot) and the pass@k curves of a sampled evaluation;
 2. the per-run table: rows grouped by run (the run's members, right after them the population's mean,
    min, max and std, then the run's single-agent baseline); the base model closes the table as the
@@ -42,7 +42,6 @@ from eval.leaderboard.claims import (
     write_claims_files,
 )
 from eval.leaderboard.columns import ALL_COLUMNS, AVERAGE_RULE, AVERAGES, GROUPS, group_average
-from eval.leaderboard.paired import BOOTSTRAP_SEED, N_BOOT
 
 __all__ = ["ALL_COLUMNS", "AVERAGES", "AVERAGE_RULE", "GROUPS", "build_table", "read_scores", "write_leaderboard"]
 ROLE_ORDER = {"teacher": 0, "student": 1, "population": 2, "baseline": 3}
@@ -223,11 +222,10 @@ pre{white-space:pre-wrap;font-size:11px;background:#fafafa;padding:8px}
 p.rule{font-size:12px;color:#444}"""
 
 
-def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path, *, seed_key: str = "seed",
-                      n_boot: int = N_BOOT, bootstrap_seed: int = BOOTSTRAP_SEED) -> dict[str, Path]:
+def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path, *, seed_key: str = "seed") -> dict[str, Path]:
     """Write every leaderboard file of ``run_dirs`` into ``out``; returns their paths by kind."""
     rows, provs = read_scores(run_dirs)
-    claims = build_claims(run_dirs, rows, provs, seed_key=seed_key, n_boot=n_boot, bootstrap_seed=bootstrap_seed)
+    claims = build_claims(run_dirs, rows, provs, seed_key=seed_key)
     cols, table = build_table(rows)
     best = best_per_column(cols, table)
     counts = column_counts(cols, table)

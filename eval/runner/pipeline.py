@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, REPO_ROOT, Item, data_fingerprint, load_items
-from eval.benchmarks.families import ScoredAnswer, family_of, wilson_interval
+from eval.benchmarks.families import ScoredAnswer, family_of
 from eval.runner.decoding import Decoding
 from eval.runner.engine import make_engine
 from eval.runner.generate import (
@@ -39,7 +39,7 @@ from eval.runner.generate import (
 )
 from eval.runner.runs import EvalAdapter, check_base_model, read_run, run_info
 from eval.runner.settings import EvalSettings
-from eval.stats import avg_at_n, pass_at_k_curve
+from eval.stats import avg_at_n, pass_at_k_curve, wilson_interval
 
 __all__ = ["METRICS", "EvalSettings", "evaluate_runs", "make_engine", "load_benchmarks", "score_rows"]
 

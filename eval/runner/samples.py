@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, Item
-from eval.benchmarks.families import family_of, wilson_interval
+from eval.benchmarks.families import family_of
 from eval.runner.settings import EvalSettings
-from eval.stats import pass_at_k
+from eval.stats import pass_at_k, wilson_interval
 
 
 class SamplesError(ValueError):

@@ -150,9 +150,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     lp.add_argument("--out", required=True, help="output directory")
     lp.add_argument("--seed-key", default="seed",
                     help="config key that holds a run's training seed (default seed; a sweep's seed_key)")
-    lp.add_argument("--bootstrap", type=positive_int, default=10_000, metavar="B",
-                    help="replicates of the paired bootstrap (default 10000)")
-    lp.add_argument("--bootstrap-seed", type=non_negative_int, default=0, help="seed of the paired bootstrap (default 0)")
     lp.set_defaults(func=run_leaderboard)
 
 
@@ -243,8 +240,7 @@ def run_leaderboard(args: argparse.Namespace) -> int:
     from eval.leaderboard.page import write_leaderboard
 
     try:
-        paths = write_leaderboard(args.runs, args.out, seed_key=args.seed_key, n_boot=args.bootstrap,
-                                  bootstrap_seed=args.bootstrap_seed)
+        paths = write_leaderboard(args.runs, args.out, seed_key=args.seed_key)
     except (FileNotFoundError, ValueError) as e:
         print(f"populora leaderboard: {e}", file=sys.stderr)
         return 2
