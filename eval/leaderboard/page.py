@@ -177,6 +177,8 @@ def _provenance_lines(provs: dict[str, dict]) -> list[str]:
         for b, d in p["data"].items():
             digest = d.get("sha256") or ", ".join(f"{f} {h[:12]}" for f, h in d.get("files", {}).items())
             window = f", window {d['window'][0]}..{d['window'][1]} (inclusive)" if d.get("window") else ""
+            if d.get("n_total") is not None:
+                window += f", {d['n_total']} {'problems in the release and window' if d.get('window') else 'in the benchmark'}"
             stops = (p.get("stop") or {}).get(b)
             lines.append(f"  {b}: {d['version']} ({d['n_items']} items{window}), sha256 {digest[:16] if d.get('sha256') else digest}, "
                          f"max new tokens {p['max_new_tokens'].get(b)}" + (f", stop {stops!r}" if stops is not None else ""))
