@@ -326,6 +326,8 @@ def paired_test(a: Arm | None = None, b: Arm | None = None, *, groups: Sequence[
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     gs = _groups([(a, b)] if groups is None else list(groups))
+    if gs[0][0].shape[0] == gs[0][1].shape[0] == 1 and all(x.shape[1] < 2 for x, _ in gs):
+        raise ValueError("one seed per arm and one item per benchmark: nothing to estimate a variance from")
     m = paired_moments(gs)
     diff, var, df = float(m.difference), float(m.variance), float(m.df)
     se = math.sqrt(var)

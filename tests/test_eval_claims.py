@@ -152,6 +152,10 @@ def test_no_baseline_or_no_per_item_data_is_explained(tmp_path):
     groups[0].baseline = True  # pretend: a baseline without per-item data
     comps = compare([*groups, group_runs(identify_runs(runs))[0]], adapter_scores(rows), ["gsm8k"])
     assert comps and all(c.test is None and "no per-item solve rates for gsm8k" in c.reason for c in comps)
+    one = make_sweep(tmp_path / "one", seeds=(0,), benches=("gsm8k",), n_items=1)
+    rows, provs = read_scores(one)
+    [c] = build_claims(one, rows, provs).comparisons
+    assert (c.test, c.reason) == (None, "one seed per arm and one item per benchmark: nothing to estimate a variance from")
 
 
 @pytest.mark.slow

@@ -201,5 +201,8 @@ def test_the_obvious_cases_and_bad_input():
         paired_test(a)
     with pytest.raises(ValueError, match="another number of seeds"):
         paired_test(groups=[(a, b), (a[:2], b)])
+    with pytest.raises(ValueError, match="one seed per arm and one item per benchmark: nothing to estimate"):
+        paired_test([1.0], [0.0])
+    assert paired_test([[1.0], [0.0]], [[0.0], [0.0]]).run_variance > 0  # one item, two seeds: the runs vary
     with pytest.raises(ValueError, match="non-finite"):
         paired_test(a, np.full((3, 50), np.nan))

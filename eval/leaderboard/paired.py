@@ -100,6 +100,13 @@ def item_scores(runs: Sequence[str], by_run: Mapping[str, Sequence[AdapterScores
     return out, ""
 
 
+def _comparison(config: str, baseline: str, column: str, cols: tuple[str, ...], groups) -> Comparison:
+    try:
+        return Comparison(config, baseline, column, cols, paired_test(groups=groups))
+    except ValueError as e:  # nothing varies (one item, one seed per arm): the reason instead of a test
+        return Comparison(config, baseline, column, cols, None, str(e))
+
+
 def compare(groups: Sequence[RunGroup], scores: Mapping[str, AdapterScores], columns: Sequence[str]) -> list[Comparison]:
     """Every population configuration vs its baseline on ``columns`` and the complete group averages."""
     by_run: dict[str, list[AdapterScores]] = {}
@@ -128,10 +135,9 @@ def compare(groups: Sequence[RunGroup], scores: Mapping[str, AdapterScores], col
             a = np.array([[r[i] for i in items] for r in a_runs])
             b = np.array([[r[i] for i in items] for r in b_runs])
             matrices[col] = (a, b)
-            out.append(Comparison(g.config, base.config, col, (col,), paired_test(a, b)))
+            out.append(_comparison(g.config, base.config, col, (col,), [(a, b)]))
         for name in ("code", "math"):
             cols = GROUPS[name]
             if all(c in matrices for c in cols):
-                test = paired_test(groups=[matrices[c] for c in cols])
-                out.append(Comparison(g.config, base.config, f"{name} avg", cols, test))
+                out.append(_comparison(g.config, base.config, f"{name} avg", cols, [matrices[c] for c in cols]))
     return out
