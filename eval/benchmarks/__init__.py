@@ -1,4 +1,6 @@
-"""The benchmark registry and loaders.
+"""The benchmarks: this package is their registry and loaders; its modules are the families that
+own the benchmarks (``families``: the interface and its registry; ``evalplus``, ``livecodebench`` with
+``lcb_harness``, ``math_answers``: one module per family) and the prompt templates (``prompts``).
 
 Every benchmark is a ``BenchmarkSpec``: its group on the leaderboard (``code`` or ``math``), its
 family (``evalplus``, ``livecodebench``, ``math``: the ``eval.benchmarks.families`` class that owns its prompts,
