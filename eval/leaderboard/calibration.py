@@ -151,8 +151,38 @@ def two_level_bootstrap(a: np.ndarray, b: np.ndarray, n_boot: int = 500, seed: i
     return out
 
 
+def no_margin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """This test with the plain positive part of the arm-by-item variance (no one-SE margin)."""
+    return paired_moments([(a, b)], margin=0.0).p_values()
+
+
+def reml_like(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Variance components truncated at zero, as REML fits them (lme4): the run variance is
+    ``max(0, s2 - sigma_e2 / n)``, the arm-by-item one ``max(0, vd - h sigma_e2)``; Satterthwaite's df
+    over the parts that are kept."""
+    from scipy.stats import t
+
+    s_a, s_b, n = a.shape[1], b.shape[1], a.shape[2]
+    k, h = s_a + s_b - 2, 1 / s_a + 1 / s_b
+    if k == 0:
+        return np.full(a.shape[0], np.nan)
+    ra, rb = a.mean(-1), b.mean(-1)
+    s2 = (((ra - ra.mean(-1, keepdims=True)) ** 2).sum(-1) + ((rb - rb.mean(-1, keepdims=True)) ** 2).sum(-1)) / k
+
+    def resid(x):
+        r = x - x.mean(-1, keepdims=True) - x.mean(-2, keepdims=True) + x.mean((-2, -1), keepdims=True)
+        return (r * r).sum((-2, -1))
+
+    e2 = (resid(a) + resid(b)) / (k * (n - 1))
+    vd = (a.mean(1) - b.mean(1)).var(-1, ddof=1)
+    run, item = np.maximum(0, s2 - e2 / n), np.maximum(0, vd - h * e2)
+    var = h * run + item / n + h * e2 / n
+    den = (h * s2) ** 2 / k * (run > 0) + (vd / n) ** 2 / (n - 1) * (item > 0) + (h * e2 / n) ** 2 / (k * (n - 1))
+    return 2 * t.sf(np.abs(a.mean((1, 2)) - b.mean((1, 2))) / np.sqrt(var), var**2 / den)
+
+
 ALTERNATIVES = {"two-level bootstrap (before)": two_level_bootstrap, "items only (Miller 2024)": items_only,
-                "runs only (t on run means)": runs_only}
+                "runs only (t on run means)": runs_only, "no margin": no_margin, "REML-like truncation": reml_like}
 
 NULL_WORLDS = (
     World("one seed, no spread", 1, 1),
