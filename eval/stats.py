@@ -53,7 +53,9 @@ McCulloch 1992, ch. 4), in closed form:
   calibration table); with the margin the rate stays in 0.03-0.07 with and without an arm-by-item
   effect;
 - the reference is Student's t with Satterthwaite's (1946) degrees of freedom for the sum of the
-  two parts (about ``k`` when runs differ, more when the items dominate).
+  two parts (about ``k`` when runs differ, more when the items dominate). A variance estimate of
+  exactly zero (every run of each arm tied, as a few greedy items allow) gives the t test's limit:
+  p = 0 for a nonzero difference, 1 for none.
 
 With one seed per arm ``tau2`` cannot be estimated: the test is then the paired test of Miller 2024
 (per-item differences, their standard error over items, t with ``n - 1`` degrees of freedom) and
@@ -193,8 +195,6 @@ def mean_interval(values: Sequence[float], level: float = 0.95, bounds: tuple[fl
 
 # -- the paired comparison --------------------------------------------------------------------------
 Arm = Sequence[Sequence[float]] | np.ndarray  # [seeds, items] (a 1-D sequence is one seed)
-METHOD = ("linear mixed model, items x runs (paired by item): Var(D) = h·s²(run means) + σ²(arm×item)/n, "
-          "method-of-moments estimates, Student t with Satterthwaite's df")
 
 
 @dataclass(frozen=True)
