@@ -10,7 +10,8 @@ simulation (``eval.leaderboard.calibration``, the code of ``python -m eval.leade
   estimate matches the spread of the difference over trials (the two-level bootstrap's was twice it).
 
 Trial counts: 4,000 per null world, binomial SE 0.0034 at 0.05, so the 0.03-0.07 band is +-5.8 SE
-around 0.05; the lowest rate measured with 20,000 trials (2 seeds, no spread: 0.041) is 3.5 SE of a
+around 0.05; the lowest rate measured with 20,000 trials (2 seeds, no spread: 0.041, with
+``rejection_rate(World('2 seeds', 2, 2), 20000, seed=500)``) is 3.5 SE of a
 4,000-trial estimate above 0.03. Every world is drawn from a fixed seed, so a run gives the same rates
 every time; a change to the test that moves a rate by a few points fails here.
 """
