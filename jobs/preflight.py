@@ -11,7 +11,7 @@ container is followed through the profile's binds to the host, ``jobs.container_
   weights, tokenizer; a Hub id in the profile's ``HF_HOME`` when the nodes are offline); the
   evaluation's ``--model`` must be the run's training model (evaluation refuses adapters trained
   on another base);
-* every selected benchmark's files, loaded by ``eval.pipeline.load_benchmarks`` with the
+* every selected benchmark's files, loaded by ``eval.runner.pipeline.load_benchmarks`` with the
   ``populora eval`` arguments of the sweep (parsed by ``populora eval``'s own parser);
 * the disk each run will use (``RunDisk``) against the free space of the disk of the sweep directory.
 
@@ -36,7 +36,7 @@ from jobs.profiles import ClusterProfile
 GB = 1e9
 BYTES_PER_TOKEN = 4  # ours: a generous mean of UTF-8 bytes per generated token (code, English, LaTeX)
 RECORD_OVERHEAD = 512  # ours: the JSON fields of one generation record besides prompt and completion
-EVAL_COPIES = 2  # the shards' generation records and their merge (eval/generate.py)
+EVAL_COPIES = 2  # the shards' generation records and their merge (eval/runner/generate.py)
 FREE_MARGIN = 0.9  # ours: warn when the sweep would fill more than 90% of the free space
 
 
@@ -157,8 +157,8 @@ def benchmark_items(plan, pf: Preflight) -> tuple[dict[str, list[int]], dict[str
     """Load every selected benchmark as ``populora eval`` will (host paths of the job's data); problems go
     to ``pf``. Returns the prompt lengths per benchmark, the token budgets and the samples per item."""
     from eval.benchmarks import PACKAGED_DIR, BenchmarkDataError, resolve_benchmarks
-    from eval.pipeline import load_benchmarks
-    from eval.settings import EvalSettings
+    from eval.runner.pipeline import load_benchmarks
+    from eval.runner.settings import EvalSettings
 
     profile = plan.eval_profile
     try:

@@ -46,7 +46,7 @@ def missing_download(name: str) -> str | None:
     if name not in DOWNLOADS:
         raise pytest.UsageError(f"download({name!r}): not a documented download (eval.benchmarks.DOWNLOADS)")
     if name == "livecodebench":
-        from eval.livecodebench import DEFAULT_RELEASE, lcb_dir, release_files
+        from eval.benchmarks.livecodebench import DEFAULT_RELEASE, lcb_dir, release_files
 
         if all((lcb_dir() / f).is_file() for f in release_files(DEFAULT_RELEASE)):
             return None

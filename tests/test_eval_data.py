@@ -10,10 +10,10 @@ import hashlib
 import json
 import re
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from eval.benchmarks import BENCHMARKS, DOWNLOADS, PACKAGED_DIR, load_items
 

@@ -21,8 +21,8 @@ LCB = REPO / "tests" / "fixtures" / "livecodebench"
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     root = tmp_path_factory.mktemp("runs")
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
@@ -107,8 +107,8 @@ class AnswerKeyBackend:
         self.items = items
 
     def generate(self, requests, sampling):
-        from eval.math_answers import gold_as_completion, perturb_answer
-        from eval.prompts import build_prompt
+        from eval.benchmarks.math_answers import gold_as_completion, perturb_answer
+        from eval.benchmarks.prompts import build_prompt
         from populora.policy.base import Completion, GenerationResult
 
         out = []
@@ -128,9 +128,9 @@ def test_scores_reach_the_right_adapter(tmp_path):
     import dataclasses
 
     from eval.benchmarks import load_items
-    from eval.evalplus import canonical_solutions
-    from eval.pipeline import EvalSettings, evaluate_runs
-    from eval.runs import init_run
+    from eval.benchmarks.evalplus import canonical_solutions
+    from eval.runner.pipeline import EvalSettings, evaluate_runs
+    from eval.runner.runs import init_run
 
     shapes = {"model.layers.0.self_attn.q_proj": (8, 8)}
     init_run(tmp_path / "r", shapes, [("good", "student"), ("bad", "teacher")])
@@ -155,8 +155,8 @@ def test_vllm_engine_serves_all_adapters(tmp_path):
     completions to equal the HF backend's for the base and every adapter; this one (it passes on
     the CPU build too, in about 90 s) would only repeat a weaker check there, so it stays GPU-only."""
     pytest.importorskip("vllm")
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="smollm2-135m", engine="hf")), [])
     shapes = probe.module_shapes()
@@ -182,8 +182,8 @@ def test_skip_missing_evaluates_the_rest(tmp_path, capsys, runs):
 
 
 def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     shapes = probe.module_shapes()
@@ -201,9 +201,9 @@ def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
 
 def test_engine_lora_rank_comes_from_the_adapters(tmp_path):
     """vLLM sizes max_lora_rank from config.lora.rank: it must be the adapters' rank, not a default."""
-    from eval.engine import make_engine
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.runner.engine import make_engine
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     shapes = probe.module_shapes()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from eval.benchmarks import MATH_BENCHMARKS, PACKAGED_DIR, benchmarks_dir, load_items
-from eval.math_answers import gold_as_completion
-from eval.prompts import build_prompt
+from eval.benchmarks.math_answers import gold_as_completion
+from eval.benchmarks.prompts import build_prompt
 
 pytest.importorskip("lm_eval")
-from eval.lm_eval_model import PopuLoRALM, task_configs, task_manager  # noqa: E402
+from eval.runner.lm_eval_model import PopuLoRALM, task_configs, task_manager  # noqa: E402
 from populora.policy.base import Completion, GenerationResult  # noqa: E402
 from populora.policy.config import PolicyConfig  # noqa: E402
 
@@ -54,8 +54,8 @@ def test_gold_answers_score_100_through_lm_eval():
 def test_simple_evaluate_on_tiny_engine_with_an_adapter(tmp_path):
     import lm_eval
 
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     adapters = init_run(tmp_path / "run", probe.module_shapes(), [("s0", "student")])

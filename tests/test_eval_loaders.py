@@ -25,7 +25,12 @@ from eval.benchmarks import (
     load_items,
     resolve_benchmarks,
 )
-from eval.livecodebench import UnsafePickleError, decode_test_cases, load_livecodebench, release_files
+from eval.benchmarks.livecodebench import (
+    UnsafePickleError,
+    decode_test_cases,
+    load_livecodebench,
+    release_files,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR

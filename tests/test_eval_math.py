@@ -8,7 +8,7 @@ import os
 import pytest
 
 from eval.benchmarks import MATH_BENCHMARKS, benchmarks_dir, load_items
-from eval.math_answers import gold_as_completion, is_correct, perturb_answer
+from eval.benchmarks.math_answers import gold_as_completion, is_correct, perturb_answer
 
 DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 # CI checks the first CI_ITEMS items of every set (all of AIME 24/25 and AMC 23); POPULORA_EVAL_FULL=1

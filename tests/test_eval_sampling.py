@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import Item, benchmarks_dir
-from eval.decoding import SAMPLED_TEMPERATURE, SAMPLED_TOP_P, Decoding, request_index
-from eval.families import ScoredAnswer
-from eval.generate import (
+from eval.benchmarks.families import ScoredAnswer
+from eval.runner.decoding import SAMPLED_TEMPERATURE, SAMPLED_TOP_P, Decoding, request_index
+from eval.runner.generate import (
     ShardError,
     generate_shard,
     load_merged_samples,
@@ -24,8 +24,8 @@ from eval.generate import (
     shard_dir,
     write_or_check_plan,
 )
-from eval.pipeline import score_rows
-from eval.runs import EvalAdapter
+from eval.runner.pipeline import score_rows
+from eval.runner.runs import EvalAdapter
 from eval.stats import pass_at_k
 from populora.cli import main
 from populora.policy.base import Completion, GenerationResult
@@ -170,9 +170,9 @@ def test_score_rows_carry_pass_at_k_avg_and_solve_rates():
 # -- the real engine ----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_tiny_sampled_eval_is_reproducible_and_gives_pass_at_k(tmp_path, capsys):
-    from eval.engine import make_engine
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.runner.engine import make_engine
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
     from populora.policy.config import PolicyConfig
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import benchmarks_dir, load_items
-from eval.math_answers import gold_as_completion, perturb_answer
+from eval.benchmarks.math_answers import gold_as_completion, perturb_answer
 from populora.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_bad_samples_name_the_line_and_field(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_evalplus_solution_and_completion_samples(tmp_path, capsys):
-    from eval.evalplus import canonical_solutions
+    from eval.benchmarks.evalplus import canonical_solutions
 
     items = {it.item_id: it for it in load_items("humaneval_plus", data_dir=DATA)[:2]}
     canon = canonical_solutions("humaneval_plus", data_dir=DATA)

@@ -52,9 +52,9 @@ def require_vllm() -> None:
 def strong_runs(root: Path) -> list[Path]:
     """Two runs on SmolLM2-135M: ``pop`` (t0, s0) and ``single`` (b0), rank 16 (one rank: the HF engine
     serves one uniform rank)."""
-    from eval.engine import make_engine
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.runner.engine import make_engine
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
     from populora.policy.config import PolicyConfig
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model=MODEL)), [])

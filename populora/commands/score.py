@@ -1,7 +1,7 @@
 """`populora score BENCH SAMPLES.jsonl [--out FILE]`: score generations made anywhere.
 
 Per-sample verdicts are printed as JSON lines (or written to ``--out``), then the aggregate as the
-last line, through exactly the extraction and scorers of ``populora eval`` (see ``eval/samples.py``
+last line, through exactly the extraction and scorers of ``populora eval`` (see ``eval/runner/samples.py``
 for the samples format).
 """
 
@@ -36,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     from eval.benchmarks import BENCHMARKS, BenchmarkDataError
-    from eval.pipeline import load_benchmarks
-    from eval.samples import SamplesError, read_samples, score_samples
-    from eval.settings import EvalSettings
+    from eval.runner.pipeline import load_benchmarks
+    from eval.runner.samples import SamplesError, read_samples, score_samples
+    from eval.runner.settings import EvalSettings
 
     try:
         if args.benchmark not in BENCHMARKS:

@@ -6,7 +6,7 @@ LiveCodeBench: the raw model output, from which LCB's rule extracts the code; ``
 name the item); math benchmarks take ``id`` (or ``task_id``) plus ``answer`` (the model's answer
 text, e.g. its whole output with a final ``\\boxed{}``). A task may have several samples (pass@1 is
 then their mean per task, averaged over tasks, and pass@k is reported for every k up to the fewest
-samples of a task, by the unbiased estimator of ``eval.stats``). The benchmark's family (``eval.families``) turns each
+samples of a task, by the unbiased estimator of ``eval.stats``). The benchmark's family (``eval.benchmarks.families``) turns each
 sample into the scored answer and scores all of them at once: the same extraction, program
 preparation and scorer as for the generations of ``populora eval``.
 """
@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, Item
-from eval.families import family_of, wilson_interval
-from eval.settings import EvalSettings
-from eval.stats import pass_at_k
+from eval.benchmarks.families import family_of
+from eval.runner.settings import EvalSettings
+from eval.stats import pass_at_k, wilson_interval
 
 
 class SamplesError(ValueError):

@@ -14,7 +14,7 @@ def _layout(header: list[str], body: list[list[str]]) -> list[str]:
 
 
 def score_table(rows: Sequence[dict]) -> str:
-    """A plain-text table of score rows (``eval.pipeline.score_rows``); ``""`` when there are none."""
+    """A plain-text table of score rows (``eval.runner.pipeline.score_rows``); ``""`` when there are none."""
     if not rows:
         return ""
     columns: list[str] = []

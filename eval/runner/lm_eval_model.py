@@ -2,7 +2,7 @@
 
 ``PopuLoRALM(backend, adapter=..., template=...)`` is an ``lm_eval.api.model.LM`` registered as
 ``populora``. Its ``generate_until`` wraps each context in the evaluation template
-(``eval.prompts.wrap_math``) and sends all requests in one greedy ``backend.generate`` call for the
+(``eval.benchmarks.prompts.wrap_math``) and sends all requests in one greedy ``backend.generate`` call for the
 chosen adapter (``None``: the base model). One backend with every adapter loaded serves any number
 of ``simple_evaluate`` calls, one per adapter, without restarting an engine.
 
@@ -10,7 +10,7 @@ of ``simple_evaluate`` calls, one per adapter, without restarting an engine.
 their ``data_files`` at the benchmarks directory in use, so::
 
     import lm_eval
-    from eval.lm_eval_model import PopuLoRALM, task_configs, task_manager
+    from eval.runner.lm_eval_model import PopuLoRALM, task_configs, task_manager
     lm = PopuLoRALM(backend, adapter="run__s0")
     out = lm_eval.simple_evaluate(model=lm, tasks=task_configs(["gsm8k"]), task_manager=task_manager(), limit=20)
     out["results"]["populora_gsm8k"]["math_verify,none"]
@@ -29,7 +29,7 @@ from lm_eval.api.registry import register_model
 
 from eval.benchmarks import MATH_BENCHMARKS, benchmark_path
 
-TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 
 
 @register_model("populora")
@@ -38,9 +38,9 @@ class PopuLoRALM(LM):
         super().__init__()
         if backend is None:
             # built from a model_args string: pretrained=tiny,adapter_dir=PATH
-            from eval.engine import make_engine
-            from eval.runs import EvalAdapter
-            from eval.settings import EvalSettings
+            from eval.runner.engine import make_engine
+            from eval.runner.runs import EvalAdapter
+            from eval.runner.settings import EvalSettings
             from populora.policy.config import PolicyConfig
 
             model = kwargs.pop("pretrained", "tiny")
@@ -54,7 +54,7 @@ class PopuLoRALM(LM):
         self.chunk = int(batch_size)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        from eval.prompts import template_stops, wrap_math
+        from eval.benchmarks.prompts import template_stops, wrap_math
         from populora.policy.base import GenerationRequest, SamplingParams
 
         out: list[str] = [""] * len(requests)

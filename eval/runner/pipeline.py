@@ -11,7 +11,7 @@ Each score file carries the provenance: engine (backend, dtype), decoding, libra
 benchmark versions and checksums, template, stop strings, token budgets, the scorers' limits, each
 run's training state, configuration and seed, model and git commit.
 
-Every benchmark is handled through its family (``eval.families``): the loop below never tests a name.
+Every benchmark is handled through its family (``eval.benchmarks.families``): the loop below never tests a name.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, REPO_ROOT, Item, data_fingerprint, load_items
-from eval.decoding import Decoding
-from eval.engine import make_engine
-from eval.families import ScoredAnswer, family_of, wilson_interval
-from eval.generate import (
+from eval.benchmarks.families import ScoredAnswer, family_of
+from eval.runner.decoding import Decoding
+from eval.runner.engine import make_engine
+from eval.runner.generate import (
     ShardError,
     append_records,
     generate_shard,
@@ -37,9 +37,9 @@ from eval.generate import (
     merge,
     write_or_check_plan,
 )
-from eval.runs import EvalAdapter, check_base_model, read_run, run_info
-from eval.settings import EvalSettings
-from eval.stats import avg_at_n, pass_at_k_curve
+from eval.runner.runs import EvalAdapter, check_base_model, read_run, run_info
+from eval.runner.settings import EvalSettings
+from eval.stats import avg_at_n, pass_at_k_curve, wilson_interval
 
 __all__ = ["METRICS", "EvalSettings", "evaluate_runs", "make_engine", "load_benchmarks", "score_rows"]
 
@@ -47,13 +47,24 @@ __all__ = ["METRICS", "EvalSettings", "evaluate_runs", "make_engine", "load_benc
 METRICS = {(b, metric): col for b, spec in BENCHMARKS.items() for metric, col in spec.column_names()}
 
 
-def load_benchmarks(s: EvalSettings) -> dict[str, list[Item]]:
+def load_every_item(s: EvalSettings) -> dict[str, list[Item]]:
+    """Every item of each selected benchmark (LiveCodeBench: every problem of the release in the date
+    window), before ``--limit``."""
     items = {}
     for b in s.benchmarks:
         opts = s.lcb_options() if BENCHMARKS[b].loader else {}
-        its = load_items(b, data_dir=s.data_dir, path=s.data_paths.get(b), **opts)
-        items[b] = its[: s.limit] if s.limit else its
+        items[b] = load_items(b, data_dir=s.data_dir, path=s.data_paths.get(b), **opts)
     return items
+
+
+def first_items(items: Mapping[str, list[Item]], limit: int | None) -> dict[str, list[Item]]:
+    """The first ``limit`` items of every benchmark (all of them when ``limit`` is None)."""
+    return {b: its[:limit] if limit else its for b, its in items.items()}
+
+
+def load_benchmarks(s: EvalSettings) -> dict[str, list[Item]]:
+    """The items evaluated: every item of each benchmark, or its first ``--limit``."""
+    return first_items(load_every_item(s), s.limit)
 
 
 def collect_adapters(run_dirs: Sequence[str | Path], only: Sequence[str] | None = None, include_base: bool = True) -> list[EvalAdapter]:
@@ -92,11 +103,15 @@ def library_versions() -> dict[str, str | None]:
 
 
 def provenance(s: EvalSettings, items: Mapping[str, Sequence[Item]], run_dirs: Sequence[str | Path] = (),
-               stops: Mapping[str, Sequence[str]] | None = None) -> dict:
+               stops: Mapping[str, Sequence[str]] | None = None, totals: Mapping[str, int] | None = None) -> dict:
+    """What was evaluated and how; per benchmark ``n_items`` (evaluated) and ``n_total`` (``totals``: every
+    item the benchmark holds; LiveCodeBench: the problems of the release in the date window, counted by
+    its loader)."""
     data = {}
     for b in items:
         opts = s.lcb_options() if BENCHMARKS[b].loader else {}
         data[b] = {**data_fingerprint(b, s.data_dir, s.data_paths.get(b), **opts), "n_items": len(items[b]),
+                   **({"n_total": totals[b]} if totals and b in totals else {}),
                    "warnings": family_of(BENCHMARKS[b]).warnings(items[b])}
     return {
         "model": s.policy.model, "backend": s.policy.engine, "dtype": s.policy.dtype, "template": s.template,
@@ -118,7 +133,7 @@ def _plan_stops(workdir: Path) -> dict:
 
 
 def generate_stage(s: EvalSettings, adapters: Sequence[EvalAdapter], items, workdir: Path, backend=None, log=print) -> None:
-    from eval.prompts import stop_strings, stop_token_ids
+    from eval.benchmarks.prompts import stop_strings, stop_token_ids
     from populora.policy.engine import engine_class
 
     for b, its in items.items():
@@ -219,7 +234,8 @@ def evaluate_runs(run_dirs: Sequence[str | Path], s: EvalSettings, *, workdir: P
     adapters = collect_adapters(run_dirs, only, s.include_base)
     if s.check_base:
         check_base_model(adapters, s.policy.model)
-    items = load_benchmarks(s)
+    every = load_every_item(s)
+    items = first_items(every, s.limit)
     if stage in ("generate", "all"):
         generate_stage(s, adapters, items, workdir, backend, log)
         if stage == "generate" or s.shard[1] > 1:
@@ -240,7 +256,8 @@ def evaluate_runs(run_dirs: Sequence[str | Path], s: EvalSettings, *, workdir: P
     if stage == "merge":
         return []
     rows = score_stage(s, adapters, items, workdir, log)
-    for p in write_scores(rows, provenance(s, items, run_dirs, _plan_stops(workdir)), workdir, run_dirs):
+    prov = provenance(s, items, run_dirs, _plan_stops(workdir), {b: len(its) for b, its in every.items()})
+    for p in write_scores(rows, prov, workdir, run_dirs):
         log(f"wrote {p}")
     return rows
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from eval.columns import BENCHMARK_OF
-from eval.decoding import Decoding
-from eval.seeds import RunGroup
+from eval.leaderboard.columns import BENCHMARK_OF
+from eval.leaderboard.seeds import RunGroup
+from eval.runner.decoding import Decoding
 
 
 def run_decodings(provs: Mapping[str, dict]) -> dict[str, Decoding]:
@@ -35,7 +35,8 @@ def _one(d: Decoding) -> str:
 
 def benchmark_text(provs: Mapping[str, dict], columns: Sequence[str]) -> str:
     """``HumanEval+ v0.1.10: 164 items; ...`` for the benchmarks behind ``columns`` (item counts that
-    differ between runs as a range); LiveCodeBench with its release and window."""
+    differ between runs as a range; ``4 items of 164`` with ``--limit``); LiveCodeBench with its release,
+    window and the number of problems in them (``n_total``, counted by its loader when evaluated)."""
     parts, seen = [], set()
     for col in columns:
         bench = BENCHMARK_OF.get(col)
@@ -51,8 +52,13 @@ def benchmark_text(provs: Mapping[str, dict], columns: Sequence[str]) -> str:
         version = " / ".join(versions)
         text = f"{version if _norm(col) in _norm(version) else f'{col} {version}'}: {n} items"
         windows = sorted({tuple(d["window"]) for d in data if d.get("window")})
+        totals = sorted({d["n_total"] for d in data if d.get("n_total") is not None})
+        total = "" if not totals else (f"{totals[0]}" if len(totals) == 1 else f"{totals[0]}-{totals[-1]}")
         if windows:
-            text += " (contest dates " + " / ".join(f"{a or 'start'} to {b or 'end'}" for a, b in windows) + ", inclusive)"
+            text += " (contest dates " + " / ".join(f"{a or 'start'} to {b or 'end'}" for a, b in windows) + ", inclusive"
+            text += f"; {total} problems in the release and window)" if total else ")"
+        elif total and totals != counts:
+            text += f" of {total}"
         parts.append(text)
     return "; ".join(parts)
 

@@ -7,7 +7,7 @@ sample written by another system), and the scorer. Every ``BenchmarkSpec`` in
 leaderboard loop over specs and call the family, never test a benchmark's name. Adding a benchmark of
 an existing family is one spec plus its data loader; a new family is one class registered here.
 
-The generation record that ``answer`` reads is the one ``eval.generate`` stores: ``prompt``,
+The generation record that ``answer`` reads is the one ``eval.runner.generate`` stores: ``prompt``,
 ``completion`` (stop string excluded), ``finish_reason`` (``stop``: EOS or a stop string;
 ``length``: budget exhausted) and ``template``.
 """
@@ -72,9 +72,9 @@ class BenchmarkFamily(ABC):
 
 # family name -> "module:Class"; imported when first used (scorers pull in heavy libraries)
 FAMILIES: dict[str, str] = {
-    "evalplus": "eval.evalplus:EvalPlusFamily",
-    "livecodebench": "eval.livecodebench:LiveCodeBenchFamily",
-    "math": "eval.math_answers:MathFamily",
+    "evalplus": "eval.benchmarks.evalplus:EvalPlusFamily",
+    "livecodebench": "eval.benchmarks.livecodebench:LiveCodeBenchFamily",
+    "math": "eval.benchmarks.math_answers:MathFamily",
 }
 _LOADED: dict[str, BenchmarkFamily] = {}
 
@@ -88,17 +88,3 @@ def family_of(spec: BenchmarkSpec | str) -> BenchmarkFamily:
         module, cls = FAMILIES[name].split(":")
         _LOADED[name] = getattr(importlib.import_module(module), cls)()
     return _LOADED[name]
-
-
-def wilson_interval(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``k / n`` (``(0, 1)`` when ``n == 0``).
-
-    Hand-written (five lines) rather than pulling scipy/statsmodels into the evaluation for it.
-    """
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)

@@ -8,7 +8,8 @@ comparisons (inline SVG: no dependency, and a browser can measure it).
   log2 axis; base model grey, baselines black dashed, each population configuration in its colour
   (mean: solid with its across-seed 95% band, best member: dotted).
 - ``forest_svg``: one row per comparison: the difference in percentage points, its 95% interval, and
-  the p-value; a dashed line at 0.
+  the p-value; a dashed line at 0. A row whose p-value is about two runs only (one seed per arm) is
+  marked † and drawn dashed, and a line under the plot says what the mark means.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
-from eval.columns import AVERAGES, GROUPS
+from eval.leaderboard.columns import AVERAGES, GROUPS
+from eval.leaderboard.paired import ONE_SEED_MARK, ONE_SEED_NOTE
 
 PALETTE = ("#1f5fbf", "#c0392b", "#2e8b57", "#8e44ad", "#d35400", "#16a085", "#7f8c8d", "#b7950b")
 
@@ -96,7 +98,7 @@ def chart_png(cols, table) -> bytes:
 
 def passk_png(title: str, panels: Mapping[str, Sequence], caption: str = "",
               items: Mapping[str, str] | None = None) -> bytes:
-    """One figure: a panel per benchmark column (``panels[col]``: its ``eval.passk.Curve`` list), the
+    """One figure: a panel per benchmark column (``panels[col]``: its ``eval.leaderboard.passk.Curve`` list), the
     legend on the right, ``caption`` (decoding, seeds) under the title; ``items[col]``: its item count."""
     import textwrap
 
@@ -163,7 +165,7 @@ def _nice_step(span: float) -> float:
 
 
 def forest_svg(comparisons: Sequence, width: int = 1000) -> str:
-    """The forest plot of ``eval.paired.Comparison`` rows that have a test (differences in points)."""
+    """The forest plot of ``eval.leaderboard.paired.Comparison`` rows that have a test (differences in points)."""
     rows = [c for c in comparisons if c.test is not None]
     if not rows:
         return ""
@@ -197,16 +199,20 @@ def forest_svg(comparisons: Sequence, width: int = 1000) -> str:
             marker = (f'<rect x="{cx - 5:.1f}" y="{cy - 5}" width="10" height="10" fill="{fill}" stroke="#1f5fbf" '
                       f'stroke-width="1.5" transform="rotate(45 {cx:.1f} {cy})"/>' if avg else
                       f'<circle cx="{cx:.1f}" cy="{cy}" r="4" fill="{fill}" stroke="#1f5fbf" stroke-width="1.5"/>')
-            summary = f"{100 * t.difference:+.1f} [{100 * t.low:+.1f}, {100 * t.high:+.1f}]  {_p(t.p_value)}"
+            mark = f" {ONE_SEED_MARK}" if t.about_runs else ""
+            dash = ' stroke-dasharray="5 3"' if t.about_runs else ""
+            summary = f"{100 * t.difference:+.1f} [{100 * t.low:+.1f}, {100 * t.high:+.1f}]  {_p(t.p_value)}{mark}"
             body.append(
                 f'<g class="forest-row" data-config="{html.escape(cfg)}" data-column="{html.escape(c.column)}" '
                 f'data-difference="{100 * t.difference:.4f}" data-low="{100 * t.low:.4f}" data-high="{100 * t.high:.4f}" '
                 f'data-p="{t.p_value:.6f}"><title>{html.escape(c.column)}: {html.escape(summary)}</title>'
-                f'<text x="16" y="{cy + 4}"{bold}>{html.escape(c.column)}</text>'
-                f'<line x1="{x(t.low):.1f}" x2="{x(t.high):.1f}" y1="{cy}" y2="{cy}" stroke="#333" stroke-width="1.6"/>'
+                f'<text x="16" y="{cy + 4}"{bold}>{html.escape(c.column)}{mark}</text>'
+                f'<line x1="{x(t.low):.1f}" x2="{x(t.high):.1f}" y1="{cy}" y2="{cy}" stroke="#333" stroke-width="1.6"'
+                f'{dash}/>'
                 f'{marker}<text x="{label_w + plot_w + 10}" y="{cy + 4}">{html.escape(summary)}</text></g>')
             y += row_h
-    height = y + bottom
+    runs_only = any(c.test.about_runs for c in rows)
+    height = y + bottom + (18 if runs_only else 0)
     ticks = []
     v = -span
     while v <= span + 1e-9:
@@ -220,7 +226,9 @@ def forest_svg(comparisons: Sequence, width: int = 1000) -> str:
             f'(population mean − baseline); filled: p &lt; 0.05</text>'
             f'<text x="{label_w + plot_w + 10}" y="16" font-weight="600">Δ [95% CI]  p</text>'
             f'<text x="{label_w + plot_w / 2}" y="{y + 32}" text-anchor="middle" fill="#555">◆ group average (code, math)  '
-            f'● benchmark</text>')
+            f'● benchmark</text>'
+            + (f'<text class="forest-one-seed" x="4" y="{y + 50}" fill="#555">'
+               f'{ONE_SEED_MARK} (dashed) {html.escape(ONE_SEED_NOTE)}</text>' if runs_only else ""))
     return (f'<svg id="forest" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" font-family="system-ui,sans-serif" font-size="12" role="img" '
             f'aria-label="forest plot of the paired differences">{"".join(ticks)}{"".join(lines)}{head}{"".join(body)}</svg>')

@@ -42,7 +42,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eval.benchmarks import BENCHMARKS, benchmark_path, sha256_file
-from eval.families import BenchmarkFamily, ScoredAnswer
+from eval.benchmarks.families import BenchmarkFamily, ScoredAnswer
+
+
+def evalplus_default_parallel() -> int:
+    """EvalPlus's own default worker count (``evalplus.evaluate``: ``cpu_count() // 2``, at least 1)."""
+    return max(1, (os.cpu_count() or 2) // 2)
+
 
 _DATASET = {"humaneval_plus": ("humaneval", "HUMANEVAL_OVERRIDE_PATH"), "mbpp_plus": ("mbpp", "MBPP_OVERRIDE_PATH")}
 
@@ -187,8 +193,6 @@ def score_evalplus(
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
         if max_memory_gb is not None:
             env["EVALPLUS_MAX_MEMORY_BYTES"] = str(int(max_memory_gb * 1024**3))
-        from eval.settings import evalplus_default_parallel
-
         cmd = [sys.executable, "-c", _CHILD, dataset, str(samples), str(parallel or evalplus_default_parallel()),
                str(min_time_limit), str(gt_time_limit_factor)]
         try:
@@ -244,7 +248,7 @@ class EvalPlusFamily(BenchmarkFamily):
     name = "evalplus"
 
     def prompt(self, item, template: str, tokenizer=None) -> str:
-        from eval.prompts import (
+        from eval.benchmarks.prompts import (
             EVALPLUS_INSTRUCTION,
             EVALPLUS_RESPONSE,
             chat_prompt,
@@ -261,7 +265,7 @@ class EvalPlusFamily(BenchmarkFamily):
         return chat_prompt([{"role": "user", "content": instruction}], tokenizer) + EVALPLUS_RESPONSE + "\n```python"
 
     def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
-        from eval.prompts import template_stops
+        from eval.benchmarks.prompts import template_stops
 
         if template == "base":
             return EVALPLUS_EOS + DIRECT_COMPLETION_EOS[spec.options["dataset"]]
@@ -301,7 +305,7 @@ class EvalPlusFamily(BenchmarkFamily):
 
 def solution_source(item, prompt: str, completion: str, template: str) -> str:
     """The candidate program of a generation record, before ``prepare_program``."""
-    from eval.prompts import answer_block, prompt_opens_fence
+    from eval.benchmarks.prompts import answer_block, prompt_opens_fence
 
     if template == "base":
         return prompt + completion  # the completion continues the function body

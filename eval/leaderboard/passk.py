@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from eval.benchmarks import BENCHMARKS
-from eval.columns import BENCHMARK_OF, MAIN_COLUMNS
-from eval.seeds import AdapterScores, RunGroup
+from eval.leaderboard.columns import BENCHMARK_OF, MAIN_COLUMNS
+from eval.leaderboard.seeds import AdapterScores, RunGroup
 from eval.stats import Interval, mean_interval
 
 FAMILY_TITLES = {"evalplus": "EvalPlus (HumanEval+, MBPP+)", "livecodebench": "LiveCodeBench", "math": "Math"}

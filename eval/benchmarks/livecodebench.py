@@ -18,7 +18,7 @@ The date window is LCB's: ``start <= contest_date <= end`` with both dates read 
 data is loaded (before any generation); problems whose private tests are empty are listed in
 ``LCBData.warnings`` (scored on their public tests only, as LCB does).
 
-Scoring follows ``lcb_runner/evaluation/testing_util.py`` (see ``eval/lcb_harness.py``, which runs
+Scoring follows ``lcb_runner/evaluation/testing_util.py`` (see ``eval/benchmarks/lcb_harness.py``, which runs
 inside the project's sandbox, one process per candidate and problem, like LCB's worker process).
 Extraction follows ``lcb_runner/utils/extraction_utils.py``: the code between the last two lines
 that contain a fence, else nothing.
@@ -38,7 +38,7 @@ from datetime import datetime
 from pathlib import Path
 
 from eval.benchmarks import ENV_DIR, BenchmarkDataError, Item, benchmarks_dir, sha256_file
-from eval.families import BenchmarkFamily, ScoredAnswer
+from eval.benchmarks.families import BenchmarkFamily, ScoredAnswer
 
 # release_v5 default window: the one AZR and QwQ report as "LiveCodeBench v5" (2024-08-01 .. 2025-02-01).
 DEFAULT_RELEASE = "release_v5"
@@ -209,7 +209,7 @@ HARNESS = Path(__file__).with_name("lcb_harness.py")
 
 
 def harness_program(code: str, item: Item, timeout_s: int):
-    """One sandbox ``Program`` that grades ``code`` on every test of ``item`` (see ``eval/lcb_harness.py``)."""
+    """One sandbox ``Program`` that grades ``code`` on every test of ``item`` (see ``eval/benchmarks/lcb_harness.py``)."""
     from populora.sandbox import Program
 
     tests = json.dumps([{"input": t["input"], "output": t["output"]} for t in item.meta["tests"]])
@@ -271,7 +271,7 @@ class LiveCodeBenchFamily(BenchmarkFamily):
     name = "livecodebench"
 
     def prompt(self, item: Item, template: str, tokenizer=None) -> str:
-        from eval.prompts import LCB_SYSTEM, chat_prompt, check_template, r1_prompt
+        from eval.benchmarks.prompts import LCB_SYSTEM, chat_prompt, check_template, r1_prompt
 
         check_template(template)
         text = lcb_question(item)
@@ -282,13 +282,13 @@ class LiveCodeBenchFamily(BenchmarkFamily):
         return chat_prompt([{"role": "system", "content": LCB_SYSTEM}, {"role": "user", "content": text}], tokenizer)
 
     def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
-        from eval.prompts import template_stops
+        from eval.benchmarks.prompts import template_stops
 
         # base: the prompt opened the block; the first closing fence ends the answer
         return ("\n```",) if template == "base" else template_stops(template, tokenizer)
 
     def answer(self, item: Item, record: Mapping) -> str:
-        from eval.prompts import answer_block, prompt_opens_fence
+        from eval.benchmarks.prompts import answer_block, prompt_opens_fence
 
         text = answer_block(record["completion"], record["template"])
         if prompt_opens_fence(record["prompt"]):
@@ -322,7 +322,7 @@ class LiveCodeBenchFamily(BenchmarkFamily):
 
 def lcb_question(item: Item) -> str:
     """LCB's generic question template (``get_generic_question_template_answer``), without its trailing blank line."""
-    from eval.prompts import LCB_STDIN, LCB_WITH_STARTER
+    from eval.benchmarks.prompts import LCB_STDIN, LCB_WITH_STARTER
 
     starter = item.meta.get("starter_code") or ""
     if starter:

@@ -5,11 +5,17 @@ Per run, an item's score is its solve rate (correct samples / N; 0 or 1 when gre
 population run the mean over its members (the population mean, the paper's claim), for a baseline
 run its one adapter. The population configuration's runs (one per seed) form arm A, the baseline's
 arm B; only items that every run of both arms was evaluated on enter (the item count is printed).
-The difference, its 95% interval and the p-value come from ``eval.stats.paired_bootstrap``: items
-resampled with replacement, the same draw for both arms and every seed (paired on items), and each
-arm's seeds resampled when it has at least two. A group average (code avg, math avg) is the mean of
-its benchmarks' differences, its replicates resampling the items of every benchmark and the seeds
-once for all (one seed is one trained run); it exists only when every benchmark of the group does.
+The difference, its 95% interval and the p-value come from ``eval.stats.paired_test``: a linear mixed
+model of items and runs, paired by item, whose variance has a part for the runs (the spread of the
+run means, which carries the item noise once) and a part for the items (how differently the two
+configurations fare item by item), with Student's t and Satterthwaite's degrees of freedom. A group
+average (code avg, math avg) is the mean of its benchmarks' differences, a run's mean taken over
+every benchmark of the group (one seed is one trained run); it exists only when every benchmark of
+the group does.
+
+With one seed per arm the runs' spread cannot be measured: the p-value is then about these two runs
+on these items only, not about the configurations, and the comparison says so (``Comparison.note``).
+With one seed in one arm, the other arm's seeds measure the runs' spread, assumed the same in both.
 
 Which baseline: the baseline configuration with the same extra keys (a sweep's grid values) as the
 population configuration, else the only baseline there is; otherwise no comparison, and the reason
@@ -24,12 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from eval.columns import GROUPS
-from eval.seeds import AdapterScores, RunGroup
-from eval.stats import PairedTest, paired_bootstrap
+from eval.leaderboard.columns import GROUPS
+from eval.leaderboard.seeds import AdapterScores, RunGroup
+from eval.stats import PairedTest, paired_test
 
-N_BOOT = 10_000  # ours: p-values down to 1e-4; the Monte Carlo error of a 95% bound is well under 0.1 pp
-BOOTSTRAP_SEED = 0
+ONE_SEED_MARK = "†"  # marks, in every table and the forest plot, a p-value about two runs only
+ONE_SEED_NOTE = ("one seed per arm: this p-value is about these two runs on these items only, not about the method "
+                 "(how runs of other seeds differ is not measured)")
 
 
 @dataclass(frozen=True)
@@ -43,9 +50,24 @@ class Comparison:
     test: PairedTest | None
     reason: str = ""  # why there is no test
 
+    @property
+    def note(self) -> str:
+        """What the p-value speaks of, when that is less than the configurations ("" otherwise)."""
+        t = self.test
+        if t is None:
+            return ""
+        if t.about_runs:
+            return ONE_SEED_NOTE
+        if min(t.seeds_a, t.seeds_b) == 1:
+            one, other, n = ("population", "baseline", t.seeds_b) if t.seeds_a == 1 else ("baseline", "population", t.seeds_a)
+            return (f"one {one} seed: the spread between runs is measured on the {other}'s {n} seeds only, "
+                    "assumed the same for both")
+        return ""
+
     def to_json(self) -> dict:
         return {"config": self.config, "baseline": self.baseline, "column": self.column,
-                "benchmarks": list(self.benchmarks), **(self.test.to_json() if self.test else {"reason": self.reason})}
+                "benchmarks": list(self.benchmarks),
+                **(self.test.to_json() | ({"note": self.note} if self.note else {}) if self.test else {"reason": self.reason})}
 
 
 def _extra(label: str) -> str:
@@ -78,8 +100,14 @@ def item_scores(runs: Sequence[str], by_run: Mapping[str, Sequence[AdapterScores
     return out, ""
 
 
-def compare(groups: Sequence[RunGroup], scores: Mapping[str, AdapterScores], columns: Sequence[str],
-            n_boot: int = N_BOOT, seed: int = BOOTSTRAP_SEED) -> list[Comparison]:
+def _comparison(config: str, baseline: str, column: str, cols: tuple[str, ...], groups) -> Comparison:
+    try:
+        return Comparison(config, baseline, column, cols, paired_test(groups=groups))
+    except ValueError as e:  # nothing varies (one item, one seed per arm): the reason instead of a test
+        return Comparison(config, baseline, column, cols, None, str(e))
+
+
+def compare(groups: Sequence[RunGroup], scores: Mapping[str, AdapterScores], columns: Sequence[str]) -> list[Comparison]:
     """Every population configuration vs its baseline on ``columns`` and the complete group averages."""
     by_run: dict[str, list[AdapterScores]] = {}
     for a in scores.values():
@@ -107,10 +135,9 @@ def compare(groups: Sequence[RunGroup], scores: Mapping[str, AdapterScores], col
             a = np.array([[r[i] for i in items] for r in a_runs])
             b = np.array([[r[i] for i in items] for r in b_runs])
             matrices[col] = (a, b)
-            out.append(Comparison(g.config, base.config, col, (col,), paired_bootstrap(a, b, n_boot=n_boot, seed=seed)))
+            out.append(_comparison(g.config, base.config, col, (col,), [(a, b)]))
         for name in ("code", "math"):
             cols = GROUPS[name]
             if all(c in matrices for c in cols):
-                test = paired_bootstrap(groups=[matrices[c] for c in cols], n_boot=n_boot, seed=seed)
-                out.append(Comparison(g.config, base.config, f"{name} avg", cols, test))
+                out.append(_comparison(g.config, base.config, f"{name} avg", cols, [matrices[c] for c in cols]))
     return out

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.columns import ALL_COLUMNS, AVERAGES, with_averages
+from eval.leaderboard.columns import ALL_COLUMNS, AVERAGES, with_averages
 from eval.stats import Interval, mean_interval
 
 SWEEP_NAME = re.compile(r"^(?P<config>.+?)-s(?P<seed>\d+)(?P<grid>(?:-.+)?)$")

@@ -1,5 +1,5 @@
 """Prompt templates (``base``, ``chat``, ``r1``), their stop strings, and the template-level pieces
-of answer extraction. Benchmark-specific prompt text lives with each benchmark family (``eval.families``);
+of answer extraction. Benchmark-specific prompt text lives with each benchmark family (``eval.benchmarks.families``);
 ``build_prompt`` and ``stop_strings`` dispatch to it.
 
 - ``base`` (completion models): EvalPlus items are continued directly from the function signature
@@ -124,14 +124,14 @@ def wrap_math(instruction: str, template: str, tokenizer=None) -> str:
 
 def build_prompt(item: Item, template: str, tokenizer=None) -> str:
     """The prompt text for ``item`` under ``template`` (``chat`` needs the tokenizer's chat template)."""
-    from eval.families import family_of
+    from eval.benchmarks.families import family_of
 
     check_template(template)
     return family_of(BENCHMARKS[item.benchmark]).prompt(item, template, tokenizer)
 
 
 def stop_strings(benchmark: str, template: str, tokenizer=None) -> tuple[str, ...]:
-    from eval.families import family_of
+    from eval.benchmarks.families import family_of
 
     check_template(template)
     spec = BENCHMARKS[benchmark]

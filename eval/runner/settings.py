@@ -1,29 +1,24 @@
 """The one settings record of an evaluation: engine, prompts, data, and the scorers' limits.
 
-``populora eval``, ``populora score`` and the benchmark families (``eval.families``) all read this type;
+``populora eval``, ``populora score`` and the benchmark families (``eval.benchmarks.families``) all read this type;
 nothing copies its fields into a second record. The engine is the policy layer's own configuration
 (``policy``: a ``populora.policy.PolicyConfig``, the same type as a run config's ``policy:`` section),
-turned into an engine in ``eval.engine.make_engine`` only.
+turned into an engine in ``eval.runner.engine.make_engine`` only.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 
 from eval.benchmarks import BENCHMARKS
-from eval.decoding import Decoding
+from eval.benchmarks.evalplus import evalplus_default_parallel
+from eval.runner.decoding import Decoding
 from populora.policy.config import PolicyConfig
-
-
-def evalplus_default_parallel() -> int:
-    """EvalPlus's own default worker count (``evalplus.evaluate``: ``cpu_count() // 2``, at least 1)."""
-    return max(1, (os.cpu_count() or 2) // 2)
 
 
 @dataclass
 class EvalSettings:
-    # -- engine (see eval.engine.make_engine) -----------------------------------------------------
+    # -- engine (see eval.runner.engine.make_engine) -----------------------------------------------------
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     # requests per generate call: None = the engine's own (its ``eval_chunk_size``; vLLM: every
     # pending request of a benchmark at once, so no call waits for the slowest sequence of a small

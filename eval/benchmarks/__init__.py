@@ -1,7 +1,9 @@
-"""The benchmark registry and loaders.
+"""The benchmarks: this package is their registry and loaders; its modules are the families that
+own the benchmarks (``families``: the interface and its registry; ``evalplus``, ``livecodebench`` with
+``lcb_harness``, ``math_answers``: one module per family) and the prompt templates (``prompts``).
 
 Every benchmark is a ``BenchmarkSpec``: its group on the leaderboard (``code`` or ``math``), its
-family (``evalplus``, ``livecodebench``, ``math``: the ``eval.families`` class that owns its prompts,
+family (``evalplus``, ``livecodebench``, ``math``: the ``eval.benchmarks.families`` class that owns its prompts,
 stop strings, extraction and scorer), its leaderboard columns, the file it is read from (relative
 to the benchmarks directory, or a user-given path), the sha256 of the official file where known,
 and how an item's gold answer is read. ``load_items(name)`` returns ``Item`` records in file
@@ -14,7 +16,7 @@ clone or an installed package evaluates with nothing beside it. A user's copy ov
 when something is bound there (a container job), else the shipped ``eval/data``; a benchmark whose
 file is missing from a user's directory is read from the shipped copy. Each benchmark's file can also
 be given explicitly (``paths={"gsm8k": "/data/gsm8k.jsonl"}``). LiveCodeBench lives in
-:mod:`eval.livecodebench`: its test cases are too large to ship and are the one documented download
+:mod:`eval.benchmarks.livecodebench`: its test cases are too large to ship and are the one documented download
 (``DOWNLOADS``).
 """
 
@@ -30,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ENV_DIR = "POPULORA_BENCHMARKS_DIR"
 # The test sets shipped with the package (package data; provenance.json says where each file comes from).
-PACKAGED_DIR = Path(__file__).resolve().parent / "data"
+PACKAGED_DIR = Path(__file__).resolve().parents[1] / "data"
 # Where a container job finds a user's copy bound over the shipped one (docs/hpc.md); the image keeps
 # the directory empty, so without a bind the shipped data is read.
 IMAGE_DIR = Path("/opt/populora/benchmarks")
@@ -75,7 +77,7 @@ class BenchmarkSpec:
     sha256: str | None  # of the stored file, from the benchmarks README; None: not checked
     max_new_tokens: int  # default generation budget
     reader: Callable[[str, int, dict], Item] | None = None  # (benchmark, line_no, row) -> Item
-    family: str = "math"  # the eval.families entry that owns prompts, stops, extraction and scoring
+    family: str = "math"  # the eval.benchmarks.families entry that owns prompts, stops, extraction and scoring
     columns: tuple[tuple[str, str], ...] = ()  # (metric, leaderboard column); default: (("acc", name),)
     average_metric: str = "acc"  # the metric that enters the group average
     options: Mapping[str, Any] = field(default_factory=dict)  # family-specific (EvalPlus dataset name)
@@ -167,7 +169,7 @@ _HE = dict(family="evalplus", columns=(("base", "HumanEval"), ("plus", "HumanEva
 _MBPP = dict(family="evalplus", columns=(("base", "MBPP"), ("plus", "MBPP+")), average_metric="plus",
              options={"dataset": "mbpp"})
 _LCB = dict(family="livecodebench", columns=(("pass", "LiveCodeBench"),), average_metric="pass",
-            loader="eval.livecodebench:load_livecodebench")
+            loader="eval.benchmarks.livecodebench:load_livecodebench")
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     s.name: s
     for s in (

@@ -4,7 +4,7 @@ The unit of work is ``(adapter, benchmark, slice)``: a slice is ``slice_size`` c
 of a benchmark. ``plan_units`` lists all units in a fixed order and ``--shard i/N`` takes units
 ``k`` with ``k % N == i``. A shard generates for all its pending (adapter, item) pairs of one
 benchmark in mixed-adapter batches (``PolicyBackend.generate`` with one request per pair, each naming
-its adapter; ``None`` is the base model), with the evaluation's decoding (``eval.decoding``: greedy, or
+its adapter; ``None`` is the base model), with the evaluation's decoding (``eval.runner.decoding``: greedy, or
 ``N`` seeded samples per request, all in the same call), and appends each finished chunk to
 ``<root>/shards/<i>-of-<N>/<adapter>/<benchmark>.jsonl`` (one record per item and sample: prompt,
 completion, sample number and metadata), flushed and fsynced. Re-running a shard skips the samples
@@ -16,7 +16,7 @@ Requests per ``generate`` call (``chunk_size``): 0 submits every pending request
 at once (what the vLLM engine wants: it schedules them itself, and a call never waits for the
 slowest greedy sequence of a small chunk); the HF engine gets one decode batch per call, so an
 interrupted evaluation loses at most one batch. Stop strings (and, for engines that take them,
-stop token ids) come from the benchmark family (``eval.prompts.stop_strings``).
+stop token ids) come from the benchmark family (``eval.benchmarks.prompts.stop_strings``).
 
 ``<root>/plan.json`` fixes adapters, benchmarks, item ids, template, decoding, token budgets, stop
 strings and shard count; every shard checks it, and ``merge`` combines the shards into
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.benchmarks import Item
-from eval.decoding import Decoding, request_index
-from eval.prompts import build_prompt
-from eval.runs import EvalAdapter
+from eval.benchmarks.prompts import build_prompt
+from eval.runner.decoding import Decoding, request_index
+from eval.runner.runs import EvalAdapter
 
 
 class ShardError(RuntimeError):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from eval.runs import EvalAdapter
-from eval.settings import EvalSettings
+from eval.runner.runs import EvalAdapter
+from eval.runner.settings import EvalSettings
 
 
 def make_engine(s: EvalSettings, adapters: Sequence[EvalAdapter]):

@@ -1,11 +1,11 @@
 """Leaderboards from the score files of runs: Markdown, CSV, HTML and PNG figures.
 
 The page, top to bottom (every table captioned with its decoding, seeds, benchmark versions and item
-counts, and LiveCodeBench's release and date window: ``eval.labels``):
+counts, and LiveCodeBench's release and date window: ``eval.leaderboard.labels``):
 
-1. the claims (``eval.claims``): across-seed tables (mean over seeds of the population mean and of the
+1. the claims (``eval.leaderboard.claims``): across-seed tables (mean over seeds of the population mean and of the
    best member, the baseline, the base model, with 95% t intervals across seeds), the paired
-   comparison of every population configuration with the baseline (difference, bootstrap interval,
+   comparison of every population configuration with the baseline (difference, interval,
    p-value; table and forest plot) and the pass@k curves of a sampled evaluation;
 2. the per-run table: rows grouped by run (the run's members, right after them the population's mean,
    min, max and std, then the run's single-agent baseline); the base model closes the table as the
@@ -34,9 +34,14 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.claims import build_claims, claims_html, claims_markdown, render_figures, write_claims_files
-from eval.columns import ALL_COLUMNS, AVERAGE_RULE, AVERAGES, GROUPS, group_average
-from eval.paired import BOOTSTRAP_SEED, N_BOOT
+from eval.leaderboard.claims import (
+    build_claims,
+    claims_html,
+    claims_markdown,
+    render_figures,
+    write_claims_files,
+)
+from eval.leaderboard.columns import ALL_COLUMNS, AVERAGE_RULE, AVERAGES, GROUPS, group_average
 
 __all__ = ["ALL_COLUMNS", "AVERAGES", "AVERAGE_RULE", "GROUPS", "build_table", "read_scores", "write_leaderboard"]
 ROLE_ORDER = {"teacher": 0, "student": 1, "population": 2, "baseline": 3}
@@ -172,6 +177,8 @@ def _provenance_lines(provs: dict[str, dict]) -> list[str]:
         for b, d in p["data"].items():
             digest = d.get("sha256") or ", ".join(f"{f} {h[:12]}" for f, h in d.get("files", {}).items())
             window = f", window {d['window'][0]}..{d['window'][1]} (inclusive)" if d.get("window") else ""
+            if d.get("n_total") is not None:
+                window += f", {d['n_total']} {'problems in the release and window' if d.get('window') else 'in the benchmark'}"
             stops = (p.get("stop") or {}).get(b)
             lines.append(f"  {b}: {d['version']} ({d['n_items']} items{window}), sha256 {digest[:16] if d.get('sha256') else digest}, "
                          f"max new tokens {p['max_new_tokens'].get(b)}" + (f", stop {stops!r}" if stops is not None else ""))
@@ -217,18 +224,17 @@ pre{white-space:pre-wrap;font-size:11px;background:#fafafa;padding:8px}
 p.rule{font-size:12px;color:#444}"""
 
 
-def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path, *, seed_key: str = "seed",
-                      n_boot: int = N_BOOT, bootstrap_seed: int = BOOTSTRAP_SEED) -> dict[str, Path]:
+def write_leaderboard(run_dirs: Sequence[str | Path], out: str | Path, *, seed_key: str = "seed") -> dict[str, Path]:
     """Write every leaderboard file of ``run_dirs`` into ``out``; returns their paths by kind."""
     rows, provs = read_scores(run_dirs)
-    claims = build_claims(run_dirs, rows, provs, seed_key=seed_key, n_boot=n_boot, bootstrap_seed=bootstrap_seed)
+    claims = build_claims(run_dirs, rows, provs, seed_key=seed_key)
     cols, table = build_table(rows)
     best = best_per_column(cols, table)
     counts = column_counts(cols, table)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     prov_lines = _provenance_lines(provs)
-    from eval.figures import chart_png
+    from eval.leaderboard.figures import chart_png
 
     png = chart_png(cols, table)
     render_figures(claims)

@@ -1,6 +1,6 @@
 """Answer equivalence for the math sets, with ``math-verify``.
 
-The model is asked to put its final answer in ``\\boxed{}`` (every template in ``eval.prompts``
+The model is asked to put its final answer in ``\\boxed{}`` (every template in ``eval.benchmarks.prompts``
 says so). ``math_verify.parse`` extracts the last boxed answer (falling back to the last LaTeX or
 plain expression) and ``math_verify.verify`` decides equivalence symbolically: ``\\frac12`` =
 ``0.5`` = ``1/2``, intervals, tuples and sets, ``x = 3`` vs ``3``, and text units such as
@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-from eval.families import BenchmarkFamily, ScoredAnswer
+from eval.benchmarks.families import BenchmarkFamily, ScoredAnswer
 
 # Gold answers are LaTeX fragments without delimiters ("\\frac{1}{2}", "(1, 8, 19)") or plain
 # numbers; wrapping them in $...$ makes math-verify read them as LaTeX.
@@ -90,7 +90,7 @@ def _bump(num: str) -> str:
 
 def math_instruction(question: str) -> str:
     """The un-templated instruction of a math item (shared with the lm-eval tasks)."""
-    from eval.prompts import MATH_INSTRUCTION
+    from eval.benchmarks.prompts import MATH_INSTRUCTION
 
     return f"{question.strip()}\n{MATH_INSTRUCTION}"
 
@@ -105,17 +105,17 @@ class MathFamily(BenchmarkFamily):
     name = "math"
 
     def prompt(self, item, template: str, tokenizer=None) -> str:
-        from eval.prompts import wrap_math
+        from eval.benchmarks.prompts import wrap_math
 
         return wrap_math(math_instruction(item.question), template, tokenizer)
 
     def stop(self, spec, template: str, tokenizer=None) -> tuple[str, ...]:
-        from eval.prompts import template_stops
+        from eval.benchmarks.prompts import template_stops
 
         return BASE_STOPS if template == "base" else template_stops(template, tokenizer)
 
     def answer(self, item, record) -> str:
-        from eval.prompts import answer_block
+        from eval.benchmarks.prompts import answer_block
 
         return answer_block(record["completion"], record["template"])
 

@@ -2,14 +2,15 @@
 the paired comparison against the baseline, and the pass@k curves; built once (:func:`build_claims`)
 and written as Markdown, HTML, CSV and JSON.
 
-- across seeds (``eval.seeds``): per configuration, the mean over seeds of the population mean and of
+- across seeds (``eval.leaderboard.seeds``): per configuration, the mean over seeds of the population mean and of
   the best member, the baseline and the base model, each with its 95% Student-t interval across
   seeds; at pass@1 (greedy, or avg@N) and, for a sampled evaluation, at pass@N;
-- paired (``eval.paired``): population mean minus baseline per benchmark and for the code and math
-  averages, with the bootstrap interval and p-value, as a table and a forest plot;
-- pass@k (``eval.passk``): one figure per benchmark family (PNG, embedded in the HTML).
+- paired (``eval.leaderboard.paired``): population mean minus baseline per benchmark and for the code and math
+  averages, with the interval and p-value of ``eval.stats.paired_test``, as a table and a forest plot
+  (a p-value about two runs only, one seed per arm, is marked and says so);
+- pass@k (``eval.leaderboard.passk``): one figure per benchmark family (PNG, embedded in the HTML).
 
-Every table carries its caption (``eval.labels``): decoding, seeds, benchmark versions and item
+Every table carries its caption (``eval.leaderboard.labels``): decoding, seeds, benchmark versions and item
 counts, LiveCodeBench's release and date window.
 """
 
@@ -23,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.columns import MAIN_COLUMNS
-from eval.labels import caption, decoding_text, seeds_text
-from eval.paired import BOOTSTRAP_SEED, N_BOOT, Comparison, compare
-from eval.passk import FAMILY_TITLES, Curve, curves, families
-from eval.seeds import (
+from eval.leaderboard.columns import MAIN_COLUMNS
+from eval.leaderboard.labels import caption, decoding_text, seeds_text
+from eval.leaderboard.paired import ONE_SEED_MARK, Comparison, compare
+from eval.leaderboard.passk import FAMILY_TITLES, Curve, curves, families
+from eval.leaderboard.seeds import (
     AdapterScores,
     RunGroup,
     SeedRow,
@@ -45,13 +46,19 @@ T_RULE = ("Mean over seeds; second line: 95% Student-t interval across seeds, me
           "training seed.")
 
 
-def bootstrap_rule(n_boot: int, seed: int) -> str:
-    return (f"Paired bootstrap ({n_boot:,} replicates, seed {seed}): the items are resampled with replacement, the same "
-            "draw for the population and the baseline and every seed (paired on items); each arm's seeds are resampled "
-            "when it has two or more. Difference = population mean (over members) minus baseline, in points of pass@1; "
-            "95% percentile interval; two-sided p = (1 + #{|θ* − θ| ≥ |θ|}) / (B + 1). Code / math avg: the mean of "
-            "their benchmarks' differences (items resampled within each benchmark). Not corrected for multiple "
-            "comparisons.")
+PAIRED_RULE = ("Difference = population mean (over members) minus baseline, in points of pass@1, on the items every run of "
+               "both was evaluated on. 95% interval and two-sided p from a linear mixed model of items and runs, paired by "
+               "item: Var = (1/s_pop + 1/s_base) · s²(run means) + σ²(population × item) / items, method-of-moments "
+               "estimates, Student t with Satterthwaite's df; the spread of the run means holds the item noise, counted "
+               "once. Code / math avg: the mean of their benchmarks' differences. Not corrected for multiple comparisons.")
+ONE_SEED_RULE = (f"{ONE_SEED_MARK} one seed per arm: the p-value is about these two runs on these items only, not about "
+                 "the method (with one run of each, how runs of other seeds differ is not measured).")
+
+
+def paired_rule(comparisons: Sequence[Comparison]) -> str:
+    """The paired table's rule, with what † means when a row carries it."""
+    runs_only = any(c.test is not None and c.test.about_runs for c in comparisons)
+    return f"{PAIRED_RULE} {ONE_SEED_RULE}" if runs_only else PAIRED_RULE
 
 
 @dataclass
@@ -65,8 +72,6 @@ class Claims:
     caption: str
     figure_caption: str  # the short form a figure carries: decoding and seeds (its panels name items)
     items: dict[str, str] = field(default_factory=dict)  # column -> item count ("40", or "4-40" if runs differ)
-    n_boot: int = N_BOOT
-    bootstrap_seed: int = BOOTSTRAP_SEED
     figures: dict[str, bytes] = field(default_factory=dict)  # family -> PNG
 
 
@@ -77,7 +82,7 @@ def max_common_k(scores: Mapping[str, AdapterScores]) -> int:
 
 
 def build_claims(run_dirs: Sequence[str | Path], rows: Sequence[dict], provs: Mapping[str, dict], *,
-                 seed_key: str = "seed", n_boot: int = N_BOOT, bootstrap_seed: int = BOOTSTRAP_SEED) -> Claims:
+                 seed_key: str = "seed") -> Claims:
     members: dict[str, dict[str, str]] = {}  # run -> member -> role, as evaluated
     for r in rows:
         if r["role"] != "base":
@@ -90,16 +95,16 @@ def build_claims(run_dirs: Sequence[str | Path], rows: Sequence[dict], provs: Ma
     if k > 1:
         tables.append((f"pass@{k}", k, seed_table(groups, scores, cols, k)))
     main = [c for c in MAIN_COLUMNS if c in cols]
-    comps = compare(groups, scores, main, n_boot, bootstrap_seed)
+    comps = compare(groups, scores, main)
     fams = {fam: {c: curves(groups, scores, c) for c in fcols} for fam, fcols in families(main).items()} if k > 1 else {}
     short = f"{decoding_text(provs)}. {seeds_text(groups)}." if groups else f"{decoding_text(provs)}."
     counts = {c: sorted({a.n[c] for a in scores.values() if a.n.get(c)}) for c in cols}
     items = {c: (str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}") for c, ns in counts.items() if ns}
-    return Claims(groups, cols, tables, comps, fams, k, caption(provs, cols, groups), short, items, n_boot, bootstrap_seed)
+    return Claims(groups, cols, tables, comps, fams, k, caption(provs, cols, groups), short, items)
 
 
 def render_figures(claims: Claims) -> dict[str, bytes]:
-    from eval.figures import passk_png
+    from eval.leaderboard.figures import passk_png
 
     for fam, panels in claims.curves.items():
         claims.figures[fam] = passk_png(f"pass@k, {FAMILY_TITLES.get(fam, fam)}", panels, claims.figure_caption,
@@ -114,6 +119,11 @@ def _pct(x: float | None, sign: bool = False) -> str:
 
 def _p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def p_text(c: Comparison) -> str:
+    """The p-value as the tables and the forest plot print it, marked when it is about the runs only."""
+    return _p(c.test.p_value) + (f" {ONE_SEED_MARK}" if c.test.about_runs else "")
 
 
 def _interval_text(iv: Interval | None) -> tuple[str, str]:
@@ -145,8 +155,8 @@ def comparison_rows(claims: Claims) -> list[list[str]]:
             continue
         t = c.test
         items = str(sum(t.items)) if len(t.items) == 1 else f"{sum(t.items)} ({len(t.items)} benchmarks)"
-        out.append([name, c.column, _pct(t.difference, True), f"[{_pct(t.low, True)}, {_pct(t.high, True)}]", _p(t.p_value),
-                    items, f"{t.seeds_a} / {t.seeds_b}", ""])
+        out.append([name, c.column, _pct(t.difference, True), f"[{_pct(t.low, True)}, {_pct(t.high, True)}]", p_text(c),
+                    items, f"{t.seeds_a} / {t.seeds_b}", c.note])
     return out
 
 
@@ -163,7 +173,7 @@ def claims_markdown(claims: Claims) -> list[str]:
                       + " | ".join(_seed_cell_md(r.cells.get(c), r.group is None) for c in claims.columns) + " |")
         md.append("")
     md += ["## Population vs baseline: paired differences", "",
-           f"*{claims.caption} {bootstrap_rule(claims.n_boot, claims.bootstrap_seed)}*", ""]
+           f"*{claims.caption} {paired_rule(claims.comparisons)}*", ""]
     if claims.comparisons:
         md += ["| " + " | ".join(PAIRED_HEAD) + " |", "|---|---|---:|---:|---:|---:|---:|---|"]
         md += ["| " + " | ".join(r) + " |" for r in comparison_rows(claims)]
@@ -180,7 +190,7 @@ def claims_markdown(claims: Claims) -> list[str]:
 
 
 def claims_html(claims: Claims) -> str:
-    from eval.figures import forest_svg
+    from eval.leaderboard.figures import forest_svg
 
     parts = []
     for title, k, rows in claims.seed_tables:
@@ -203,9 +213,11 @@ def claims_html(claims: Claims) -> str:
         parts.append(f"<table id='{tid}' class='claims'><caption>{html.escape(claims.caption)} {html.escape(T_RULE)}</caption>"
                      f"<thead><tr><th>configuration</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
     parts.append("<h2>Population vs baseline: paired differences</h2>")
-    cap = f"{claims.caption} {bootstrap_rule(claims.n_boot, claims.bootstrap_seed)}"
+    cap = f"{claims.caption} {paired_rule(claims.comparisons)}"
     if claims.comparisons:
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>" for r in comparison_rows(claims))
+        body = "".join(("<tr class='one-seed'>" if c.test is not None and c.test.about_runs else "<tr>")
+                       + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>"
+                       for c, r in zip(claims.comparisons, comparison_rows(claims)))
         parts.append(f"<table id='paired' class='claims'><caption>{html.escape(cap)}</caption><thead><tr>"
                      + "".join(f"<th>{html.escape(h)}</th>" for h in PAIRED_HEAD) + f"</tr></thead><tbody>{body}</tbody></table>")
         svg = forest_svg(claims.comparisons)
@@ -244,13 +256,14 @@ def write_claims_files(claims: Claims, out: Path) -> dict[str, Path]:
                                     " ".join(f"{x:.6f}" for x in r.per_seed.get(c, []))])
     with open(paths["paired_csv"], "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["configuration", "baseline", "column", "difference", "ci95 low", "ci95 high", "p", "items", "seeds pop",
-                    "seeds baseline", "replicates", "bootstrap seed", "note"])
+        w.writerow(["configuration", "baseline", "column", "difference", "ci95 low", "ci95 high", "p", "se", "df", "items",
+                    "seeds pop", "seeds baseline", "p about", "note"])
         for c in claims.comparisons:
             t = c.test
-            w.writerow([c.config, c.baseline, c.column, *(["", "", "", "", "", "", ""] if t is None else
-                        [f"{t.difference:.6f}", f"{t.low:.6f}", f"{t.high:.6f}", f"{t.p_value:.6f}", sum(t.items), t.seeds_a,
-                         t.seeds_b]), claims.n_boot, claims.bootstrap_seed, c.reason])
+            w.writerow([c.config, c.baseline, c.column, *([""] * 10 if t is None else
+                        [f"{t.difference:.6f}", f"{t.low:.6f}", f"{t.high:.6f}", f"{t.p_value:.6f}", f"{t.se:.6f}",
+                         f"{t.df:.2f}", sum(t.items), t.seeds_a, t.seeds_b,
+                         "these runs on these items" if t.about_runs else "the methods"]), c.note or c.reason])
     with open(paths["passk_csv"], "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["family", "column", "curve", "k", "mean", "ci95 low", "ci95 high", "seeds"])
@@ -267,7 +280,7 @@ def write_claims_files(claims: Claims, out: Path) -> dict[str, Path]:
             {"label": r.label, "config": r.config, "statistic": r.stat, "per_seed": r.per_seed,
              "cells": {c: None if iv is None else iv.to_json() for c, iv in r.cells.items()}} for r in rows]}
             for title, k, rows in claims.seed_tables],
-        "paired": {"method": bootstrap_rule(claims.n_boot, claims.bootstrap_seed),
+        "paired": {"method": paired_rule(claims.comparisons),
                    "comparisons": [c.to_json() for c in claims.comparisons]},
         "passk": {fam: {col: [{"label": cv.label, "kind": cv.kind, "config": cv.config,
                                "points": {str(k): iv.to_json() for k, iv in sorted(cv.points.items())}} for cv in cs]
