@@ -70,6 +70,27 @@ def test_json_round_trips():
         Task.from_json({"id": "x", "type": CODE_O, "program": "", "bogus": 1})
 
 
+@pytest.mark.parametrize("key, value, says", [
+    ("program", 5, "'program' must be a string, got int"),
+    ("inputs", ["1", 2], "'inputs' must be a list of strings, got int at [1]"),
+    ("inputs", "12", "'inputs' must be a list of strings, got str"),
+    ("step", -1, "'step' must be a whole number"),
+    ("step", 1 << 64, "'step' must be a whole number"),
+    ("step", True, "'step' must be a whole number"),
+    ("n_shown", 2.5, "'n_shown' must be a whole number"),
+    ("n_shown", 0, "'n_shown' must leave shown and hidden pairs among 10 inputs, got 0"),
+])
+def test_a_record_read_from_json_has_its_fields_types_or_names_the_field(key, value, says):
+    """issue 37: a task record whose inputs were numbers reached the sandbox (the child exited 123)."""
+    from populora.tasks.records import RecordFieldError
+
+    with pytest.raises(RecordFieldError) as err:
+        Task.from_json({**F_TASK.to_json(), key: value})
+    assert str(err.value).startswith(says) and err.value.field == key
+    with pytest.raises(RecordFieldError, match="'score' must be a finite number"):
+        Attempt.from_json({"task_id": "t", "student_id": "s", "completion": "", "score": float("nan")})
+
+
 def test_code_f_split_and_checks():
     assert F_TASK.shown_pairs == [(str(i), str(i * i)) for i in range(5)]
     assert F_TASK.hidden_pairs == [(str(i), str(i * i)) for i in range(5, 10)]

@@ -16,6 +16,7 @@ plain data: whether a record's ``type`` names a registered kind is checked where
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -96,20 +97,81 @@ def reason_kind(reason: str | None) -> str | None:
     return kind if kind in _REASON_KINDS else OTHER_KIND
 
 
+LARGEST_COUNT = (1 << 63) - 1  # a count in a record (a step, ``n_shown``, a token id) fits 64 bits
+
+
+class RecordFieldError(ValueError):
+    """A field of a record read from JSON that does not have its type; ``field`` names it."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"'{field_name}' {message}")
+        self.field = field_name
+        self.message = message
+
+
+def _kind_of(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= LARGEST_COUNT
+
+
+# What a field's annotation requires of a value read from JSON (the records' annotations are text:
+# ``from __future__ import annotations``); fields of other types are the record's own business.
+_FIELD_RULES = {
+    "str": (lambda v: isinstance(v, str), "must be a string"),
+    "str | None": (lambda v: v is None or isinstance(v, str), "must be a string or null"),
+    "int": (_is_count, f"must be a whole number in [0, {LARGEST_COUNT}]"),
+    "bool": (lambda v: isinstance(v, bool), "must be true or false"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+              "must be a finite number"),
+}
+_ITEM_RULES = {  # list fields: what each item must be
+    "tuple[str, ...]": (lambda v: isinstance(v, str), "must be a list of strings"),
+    "tuple[int, ...]": (_is_count, f"must be a list of whole numbers in [0, {LARGEST_COUNT}]"),
+}
+
+
+def _field_problem(annotation: str, value: Any) -> str | None:
+    """Why ``value`` cannot be a field annotated ``annotation``, or None."""
+    rule = _FIELD_RULES.get(annotation)
+    if rule is not None:
+        return None if rule[0](value) else f"{rule[1]}, got {_kind_of(value)}"
+    items = _ITEM_RULES.get(annotation)
+    if items is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        return f"{items[1]}, got {_kind_of(value)}"
+    bad = next((i for i, item in enumerate(value) if not items[0](item)), None)
+    return None if bad is None else f"{items[1]}, got {_kind_of(value[bad])} at [{bad}]"
+
+
 class _JsonRecord:
-    """JSON (de)serialisation shared by the records: tuples become lists and back."""
+    """JSON (de)serialisation shared by the records: tuples become lists and back.
+
+    ``from_json`` reads outside data (checkpoints, buffers, command-line corpora): every field must
+    have its annotated type (a string is a string, a count a whole number that fits 64 bits, a float
+    finite), or ``RecordFieldError`` names the field; a value never reaches the sandbox as something
+    else (a list of numbers as inputs made the child exit 123)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)  # type: ignore[call-overload]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]):
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}.from_json: a JSON object is needed, got {_kind_of(data)}")
         known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
         unknown = set(data) - set(known)
         if unknown:
-            raise ValueError(f"{cls.__name__}.from_json: unknown keys {sorted(unknown)}")
+            shown = sorted(str(k)[:40] for k in unknown)[:5]
+            raise ValueError(f"{cls.__name__}.from_json: unknown keys {shown}")
         kwargs = {}
         for name, value in data.items():
+            problem = _field_problem(str(known[name].type), value)
+            if problem is not None:
+                raise RecordFieldError(name, problem)
             if isinstance(value, list) and "tuple" in str(known[name].type):
                 value = tuple(value)
             kwargs[name] = value
@@ -154,12 +216,11 @@ class Task(_JsonRecord):
     def __post_init__(self) -> None:
         if self.inputs or self.outputs:  # a task of several input/output pairs (induction)
             if len(self.inputs) != len(self.outputs):
-                raise ValueError(f"task {self.id}: {len(self.inputs)} inputs but {len(self.outputs)} outputs")
-            if not 0 < self.n_shown < len(self.inputs):
-                raise ValueError(
-                    f"task {self.id}: n_shown={self.n_shown} must leave shown and hidden pairs "
-                    f"among {len(self.inputs)} inputs"
-                )
+                raise RecordFieldError("outputs", f"must have one output per input: {len(self.inputs)} inputs "
+                                                  f"but {len(self.outputs)} outputs (task {self.id!r:.60})")
+            if not (isinstance(self.n_shown, int) and 0 < self.n_shown < len(self.inputs)):
+                raise RecordFieldError("n_shown", f"must leave shown and hidden pairs among {len(self.inputs)} "
+                                                  f"inputs, got {str(self.n_shown)[:40]} (task {self.id!r:.60})")
 
     @property
     def shown_pairs(self) -> list[tuple[str, str]]:
