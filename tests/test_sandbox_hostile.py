@@ -244,26 +244,43 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
             assert r["valid"] is False and str(r["reason"]).startswith("banned:"), (name, r)
         if name in meta and "filter" in meta[name]:
             assert r["reason"] == meta[name]["filter"], (name, r)
-        if name in meta and "validate" in meta[name]:
+        if name in meta and "validate" in meta[name] and not may_be_valid(meta[name]):
             assert r["valid"] is False, (name, r)
     assert not pwned_files()
     assert processes_mentioning(str(tmp_path)) == []
 
 
+def may_be_valid(meta: dict[str, str]) -> bool:
+    """Whether a program's ``validate`` header accepts a valid task (then its own program must be
+    judged right by the checker, and the re-run must confirm it)."""
+    return "valid" in [r for _, r in alternatives_of(meta["validate"])]
+
+
+def own_answer(task) -> str:
+    """The answer a task's own program gives, as a student would write it: the program (code_f),
+    the gold input (code_i) or the gold output (code_o)."""
+    payload = {"code_f": task.program, "code_i": task.input}.get(task.type, task.output)
+    block = {"code_f": "python", "code_i": "input"}.get(task.type, "output")
+    return f"<answer>\n```{block}\n{payload}\n```\n</answer>"
+
+
 @pytest.mark.slow
 def test_determinism_families_through_validation_alone(monkeypatch):
-    """issue 32's determinism families through the validator with the AST check switched off and no
-    strip layer (the sandbox and the determinism check alone), each followed by honest proposals
-    on the same sandbox that must all be valid tasks."""
+    """issue 32's and 37's determinism families through the validator with the AST check switched
+    off and no strip layer (the sandbox and the determinism check alone), each followed by honest
+    proposals on the same sandbox that must all be valid tasks. A program may end valid only where
+    its header says so, and then, run as a student's answer, its own program must be judged right
+    by the checker (one semantics, issue 37) and the check stage's re-run must confirm its gold."""
     if isolation_mode() != "full":
         pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
     from populora.tasks import programs, validation
+    from populora.tasks.checking import check_and_rerun
     from populora.tasks.config import TaskEnv
     from populora.tasks.records import Proposal
 
     monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
     meta = load_meta()
-    env = TaskEnv(strip=False)
+    env = TaskEnv(strip=False, require_think=False)
     honest = [Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",)) for i in range(3)]
     cases = [(name, program) for name, program, _, _ in load_corpus() if "validate" in meta[name]]
     assert len(cases) >= 4
@@ -274,5 +291,10 @@ def test_determinism_families_through_validation_alone(monkeypatch):
             attack = Proposal(type=task, program=program.source, inputs=inputs, message="m", step=step)
             verdicts = validation.validate_many([attack, *honest], sb, env)
             allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
-            assert not verdicts[0].valid and verdicts[0].reason in allowed, (name, verdicts[0])
+            verdict = verdicts[0]
+            assert (verdict.reason or "valid") in allowed, (name, verdict)
+            if verdict.valid:
+                (judgement,), changed = check_and_rerun([(verdict.task, own_answer(verdict.task))],
+                                                        [verdict.task], sb, env)
+                assert judgement.correct and not changed, (name, judgement, changed)
             assert all(v.valid for v in verdicts[1:]), (name, verdicts[1:])

@@ -8,15 +8,17 @@ The task kind (``populora.tasks.kinds``) reads and judges each answer:
 - ``code_i``: ``f(predicted_input)`` runs in the sandbox; correct when the returned value equals the
   gold output. Any input that produces the output is right.
 - ``code_f``: the candidate program must pass the same static checks as a proposal (parses, defines
-  ``f``, AST safety check) and then runs in the sandbox on the hidden inputs; correct when every
-  hidden output matches (binary, the default). With ``tasks.code_f.fractional`` each hidden input runs as its
-  own execution and ``score`` is the fraction matched (``correct`` stays "all matched").
+  ``f``, AST safety check) and then runs in the sandbox on the hidden inputs, each in a fresh child
+  of its own, as validation computed their gold outputs (``tasks.calls: alone``, one semantics
+  everywhere: ``determinism.py``); correct when every hidden output matches (binary, the default).
+  With ``tasks.code_f.fractional`` ``score`` is the fraction matched (``correct`` stays "all
+  matched").
 - ``code_e``: the predicted error type name equals the gold one (``NoError`` when f returns).
 
 All sandbox work of a batch goes into ONE ``run_many`` call.
 
 ``check_and_rerun`` also runs each task's own program again on its gold inputs, in the same batch,
-under one more replica's hash seed and each input alone (``determinism.rerun_programs``): a
+under one more replica's hash seed, each input alone (``determinism.rerun_programs``): a
 program that no longer gives its gold outputs was nondeterministic after all (its validation
 executions agreed by chance, or it reads something that changes between runs). Any outcome the
 program can bring about counts as changed: an error, a memory or CPU-time limit, an exit, a
