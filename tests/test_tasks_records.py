@@ -159,3 +159,26 @@ def test_buffers_json_and_programs():
     assert list(again[CODE_F]) == [F_TASK]
     assert again.sample_program(0) == _task(1).program
     assert len(again.references(CODE_O, 6, 0)) == 1
+
+
+def test_gold_limits_round_trip_and_old_records_read_without_them():
+    """issue 37: a task records the sandbox limits of its gold; a record written before (no
+    ``limits`` key: buffers, checkpoints, task logs) reads as a task without them."""
+    from populora.sandbox import SandboxLimits
+    from populora.tasks.records import GoldLimits, RecordFieldError, reason_kind
+
+    limits = GoldLimits.of(SandboxLimits(memory_mb=256, wall_seconds=2.5))
+    task = Task(id="x", type=CODE_O, program="def f(x):\n    return x", input="1", output="1", limits=limits)
+    data = json.loads(json.dumps(task.to_json()))
+    assert data["limits"]["memory_mb"] == 256 and Task.from_json(data) == task
+    old = {k: v for k, v in data.items() if k != "limits"}
+    assert Task.from_json(old).limits is None and Task.from_json({**data, "limits": None}).limits is None
+    assert limits.first_difference(GoldLimits.of(SandboxLimits(memory_mb=512, wall_seconds=2.5))) == "memory_mb"
+    assert limits.first_difference(GoldLimits.of(SandboxLimits(memory_mb=256, wall_seconds=2.5, workers=7))) is None
+    assert GoldLimits.of(None) is None and GoldLimits.of(object()) is None
+    for bad, says in (({**data["limits"], "memory_mb": -1}, "'limits.memory_mb' must be a whole number"),
+                      ({**data["limits"], "network": "no"}, "'limits.network' must be true or false"),
+                      ({"memory_mb": 1}, "'limits' lacks"), (5, "'limits' must be a JSON object")):
+        with pytest.raises(RecordFieldError, match=says):
+            Task.from_json({**data, "limits": bad})
+    assert reason_kind("limits_changed:memory_mb") == "limits_changed"

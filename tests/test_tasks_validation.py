@@ -46,6 +46,9 @@ def test_valid_code_o_and_code_i(sandbox):
     t = vs[1].task
     assert (t.type, t.input, t.output, t.teacher_id, t.step) == (CODE_I, "'abc'", "'cba'", "t", 3)
     assert t.id.startswith("code_i-")
+    from populora.tasks.records import GoldLimits
+
+    assert t.limits == GoldLimits.of(sandbox.limits) and t.limits.memory_mb == sandbox.limits.memory_mb  # issue 37
 
 
 def test_one_batch_per_replica_in_turns(sandbox):

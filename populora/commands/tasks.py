@@ -12,7 +12,9 @@ and writes one result per line: ``line``, ``valid``, ``reason``, ``output`` (cod
 written by ``validate``) or the task's fields inline (``type``, ``program``, ``input``/``output`` or
 ``inputs``/``outputs``/``message``), plus the student's ``completion`` (full text, parsed as in
 training) or a bare ``answer`` (wrapped in ``<answer>`` and the fence of its kind). It writes
-``line``, ``format_ok``, ``correct``, ``score``, ``reason``, ``answer``.
+``line``, ``format_ok``, ``correct``, ``score``, ``reason``, ``answer``. A task record that says the
+sandbox limits its gold was computed under (``limits``, written by ``validate``) is judged only
+under the same ones: with other options its answers get ``limits_changed:<field>``.
 
 A malformed line is reported with its line number (``reason`` starting with ``bad_line``) and the
 rest of the file is processed: invalid JSON, bytes that are not UTF-8 (never replaced: a program is
@@ -32,7 +34,7 @@ from typing import Any
 
 from populora.commands.corpus_io import Output, positive_int, positive_seconds, read_input_lines
 from populora.tasks.kinds import all_kinds, get_kind, kind_names
-from populora.tasks.records import Proposal, RecordFieldError, Task, reason_kind
+from populora.tasks.records import LIMITS_CHANGED_KIND, Proposal, RecordFieldError, Task, reason_kind
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -385,5 +387,9 @@ def run_check(args: argparse.Namespace) -> int:
         }
     ordered = [results[n] for n in sorted(results)]
     out.commit(ordered)
-    print(f"{sum(r['correct'] for r in ordered)}/{len(ordered)} correct", file=sys.stderr)
+    refused = sum(reason_kind(r["reason"]) == LIMITS_CHANGED_KIND for r in ordered)
+    print(f"{sum(r['correct'] for r in ordered)}/{len(ordered)} correct"
+          + (f"; {refused} refused: their task's gold was computed under other sandbox limits than these "
+             "(limits_changed:<field>; give the task's own limits to judge them)" if refused else ""),
+          file=sys.stderr)
     return input_status(args.file, "check", len(ordered), malformed, results)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 # The names of AZR's three task types (the kinds that are on by default); code that must not depend on
@@ -80,9 +80,18 @@ BANNED_KIND = "banned"
 RUNTIME_ERROR_KIND = "runtime_error"
 CRASHED_KIND = "crashed"
 BAD_LINE = "bad_line"  # a CLI input line that could not be read (too deep, too long, not UTF-8)
+# the checker refuses a task whose gold was computed under other sandbox limits than its own:
+# ``limits_changed:<field>`` names the first field of ``GoldLimits`` that differs (a fixed set)
+LIMITS_CHANGED_KIND = "limits_changed"
 OTHER_KIND = "other"  # any reason outside the known families
-REASON_KINDS = (*REASONS, BANNED_KIND, RUNTIME_ERROR_KIND, CRASHED_KIND, BAD_LINE, OTHER_KIND)
+REASON_KINDS = (*REASONS, BANNED_KIND, RUNTIME_ERROR_KIND, CRASHED_KIND, BAD_LINE, LIMITS_CHANGED_KIND, OTHER_KIND)
 _REASON_KINDS = frozenset(REASON_KINDS)
+
+
+def limits_changed(field_name: str) -> str:
+    """Reason for an answer the checker refuses to judge: the task's gold was computed under another
+    value of the sandbox limit ``field_name`` (one of ``GoldLimits``' fields)."""
+    return f"{LIMITS_CHANGED_KIND}:{field_name}"
 
 
 def reason_kind(reason: str | None) -> str | None:
@@ -198,8 +207,45 @@ class Proposal(_JsonRecord):
 
 
 @dataclass(frozen=True)
+class GoldLimits(_JsonRecord):
+    """The sandbox limits a task's gold outputs were computed under: every limit that can change a
+    program's outcome (a timeout, ``MemoryError``, a refused fork or file write, an output too large,
+    a reachable network). Not ``workers`` (how many run at once) nor ``max_stdout_chars`` (captured
+    output past it is dropped; stdout is no answer). The checker judges a task only under the same
+    limits (``checking.check_and_rerun``): a gold that depends on ``memory_mb`` is never compared
+    with a student's answer run under another one."""
+
+    wall_seconds: float
+    cpu_seconds: float
+    memory_mb: int
+    max_processes: int
+    max_output_chars: int
+    max_file_bytes: int
+    network: bool
+
+    @classmethod
+    def of(cls, limits: Any) -> GoldLimits | None:
+        """The gold limits of a ``SandboxLimits`` (anything with those attributes), None for None or
+        for a sandbox that has no limits to say (a test double)."""
+        if limits is None or not all(hasattr(limits, f.name) for f in fields(cls)):
+            return None
+        return cls(float(limits.wall_seconds), float(limits.cpu_seconds), int(limits.memory_mb),
+                   int(limits.max_processes), int(limits.max_output_chars), int(limits.max_file_bytes),
+                   bool(limits.network))
+
+    def first_difference(self, other: GoldLimits) -> str | None:
+        """The first field whose value differs from ``other``'s, or None when they agree."""
+        return next((f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)), None)
+
+
+@dataclass(frozen=True)
 class Task(_JsonRecord):
-    """A validated task. ``input``/``output`` for code_o/code_i; ``inputs``/``outputs`` for code_f."""
+    """A validated task. ``input``/``output`` for code_o/code_i; ``inputs``/``outputs`` for code_f.
+
+    ``limits``: the sandbox limits its gold outputs were computed under (``GoldLimits``; issue 37).
+    None for a task validated without them: records written before issue 37 (buffers, checkpoints,
+    task logs) and tasks made by hand; the checker judges those under its own limits, as it always
+    did, and in a run the check stage's re-run recomputes their gold under them."""
 
     id: str
     type: str
@@ -212,6 +258,24 @@ class Task(_JsonRecord):
     n_shown: int = 5
     teacher_id: str = ""
     step: int = 0
+    limits: GoldLimits | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Task:
+        if not isinstance(data, dict) or data.get("limits") is None:
+            return super().from_json(data)
+        if not isinstance(data["limits"], dict):
+            raise RecordFieldError("limits", f"must be a JSON object or null, got {_kind_of(data['limits'])}")
+        try:
+            limits = GoldLimits.from_json(data["limits"])
+        except RecordFieldError as exc:
+            raise RecordFieldError(f"limits.{exc.field}", exc.message) from None
+        except TypeError:  # a field missing
+            missing = sorted({f.name for f in fields(GoldLimits)} - set(data["limits"]))
+            raise RecordFieldError("limits", f"lacks {missing}") from None
+        except ValueError as exc:  # an unknown key
+            raise RecordFieldError("limits", str(exc).split(": ", 1)[-1]) from None
+        return replace(super().from_json({**data, "limits": None}), limits=limits)
 
     def __post_init__(self) -> None:
         if self.inputs or self.outputs:  # a task of several input/output pairs (induction)
