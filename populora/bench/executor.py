@@ -14,6 +14,8 @@ syntax errors, bad inputs) is validated in one run by
    layout, ``TODAY``), then issue 37's (every code_f input alone in every execution), the last row
    being the new layout (``TaskEnv()``'s defaults). Each validation is a new step, as in a run, so
    the seeds (and fork servers) are new each time;
+   Then the check stage of the valid code_f tasks (each answered ``ANSWERS`` times with its own
+   program, and its program re-run) under issue 32's checker and the new one (``CHECKERS``);
 2. naive, serial: one fresh ``python -c`` process per execution, one at a time (what a single
    executor worker does, as in the AZR reference), with the layout before issue 32;
 3. naive, parallel: the same ``python -c`` processes, ``workers`` at a time.
@@ -52,6 +54,11 @@ LAYOUTS = (
     ("+ every input alone (new)", {}),
 )
 TODAY = "+ strip layer (issue 32)"  # the row the issue-37 bound is measured against (at most 1.2x)
+# the check stage, side by side: each valid code_f task of the corpus answered ANSWERS times with its
+# own program, judged and its program re-run as ``checking.check_and_rerun`` does in a run
+CHECKERS = (("check, issue 32 (hidden inputs in one child)", {"calls": "first_alone"}),
+            ("check, each hidden input alone (new)", {}))
+ANSWERS = 8  # answers per task (rollouts in the *-7b presets' order of magnitude)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -181,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
                 keep_best(name, sandbox, env)
             for name, executor in approaches.items():
                 keep_best(name, executor, old)
+        checked = check_rounds(results[LAYOUTS[-1][0]][0], sandbox, limits, max(1, args.repeat), steps)
 
     base = results[LAYOUTS[0][0]][1]
     print(f"best of {max(1, args.repeat)} round(s); sandbox in {mode or 'unknown'} mode")
@@ -202,6 +210,11 @@ def run(args: argparse.Namespace) -> int:
         f"(layout before issue 32) is {slowest / base:.1f}x faster than the slowest naive run"
     )
 
+    first = None
+    for name, (seconds, n_tasks, executions, correct) in checked.items():
+        first = first or seconds
+        print(f"{name:<46}{executions:>6} programs {seconds:>7.2f} s {seconds / first:>6.2f}x  "
+              f"({n_tasks} code_f tasks x {ANSWERS} answers and their re-runs; {correct} judged right)")
     verdicts = results[LAYOUTS[0][0]][0]
     n_limit = sum(v.reason == "timeout" for v in verdicts)
     print(
@@ -232,6 +245,26 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
+def check_rounds(verdicts, sandbox, limits, repeat: int, steps) -> dict[str, tuple[float, int, int, int]]:
+    """The check stage under each of ``CHECKERS``, alternated ``repeat`` times, best time kept:
+    ``{name: (seconds, tasks, programs run, answers judged right)}``."""
+    from populora.tasks.checking import check_and_rerun
+    from populora.tasks.config import TaskEnv
+    from populora.tasks.kinds import get_kind
+
+    tasks = [v.task for v in verdicts if v.valid and get_kind(v.task.type).given_program]
+    items = [(t, f"<answer>\n```python\n{t.program}\n```\n</answer>") for t in tasks for _ in range(ANSWERS)]
+    best: dict[str, tuple[float, int, int, int]] = {}
+    for _ in range(repeat):
+        for name, settings in CHECKERS:
+            env = TaskEnv(require_think=False, max_output_chars=limits.max_output_chars, **settings)
+            counter = _Counting(sandbox)
+            (judged, _), seconds = _timed(lambda: check_and_rerun(items, tasks, counter, env, step=next(steps)))
+            if name not in best or seconds < best[name][0]:
+                best[name] = (seconds, len(tasks), counter.executions, sum(j.correct for j in judged))
+    return best
+
+
 class _Counting:
     """An executor that counts the programs it is given (the executions of a layout)."""
 
@@ -239,6 +272,7 @@ class _Counting:
         self.executor = executor
         self.executions = 0
         self.hash_seed = getattr(executor, "hash_seed", 0)
+        self.limits = getattr(executor, "limits", None)
 
     def run_many(self, programs):
         self.executions += len(programs)
