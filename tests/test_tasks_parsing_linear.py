@@ -1,7 +1,7 @@
 """The regexes that read model text run in linear time, and decide what the quadratic ones decided.
 
-A 64 KB completion took 5 s in AZR's format check and 127 s in the fence regex before issue 37
-(`docs/tasks.md`, "Reading completions"). Linearity is shown by construction, not by timing: each
+A 64 KB completion took 3.8 s in AZR's format check and 73 s in the fence regex before issue 37
+(`docs/tasks.md`, "Parsing"). Linearity is shown by construction, not by timing: each
 pattern that reads model text is parsed and checked for the two shapes that make a backtracking
 engine superlinear (a repeat inside a repeat; a greedy repeat whose characters can also start what
 follows it, so one stretch of text splits between them in every way). The old patterns fail that
@@ -153,3 +153,31 @@ def test_the_inputs_that_were_quadratic_still_read_the_same():
         assert T.r1_format_ok(text) == (T.R1_FORMAT.match(("<think>" + text).strip()) is not None)
     for text in ("```" + " " * 2048 + "x", ("```" + " " * 64 + "x") * 30, "```py  \n" + "`" * 2000):
         assert blocks.fenced_blocks(text) == [(m.group(1).lower(), m.group(2)) for m in OLD_FENCE.finditer(text)]
+
+
+def timings(sizes_kb: list[int]) -> None:
+    """Print the old patterns' time and the new readers' on the adversarial shapes (``docs/tasks.md``)."""
+    import time
+
+    def best(fn, text, n):
+        out = []
+        for _ in range(n):
+            start = time.perf_counter()
+            fn(text)
+            out.append(time.perf_counter() - start)
+        return min(out)
+
+    for kb in sizes_kb:
+        size = kb * 1024
+        fmt = "</think><answer>" * (size // 16)
+        fence = "```" + " " * (size - 4) + "x"
+        print(f"{kb} KB: format check: AZR's regex {best(lambda t: T.R1_FORMAT.match(('<think>' + t).strip()), fmt, 1):.3f} s,"
+              f" r1_format_ok {best(T.r1_format_ok, fmt, 3):.6f} s; fences: old regex "
+              f"{best(lambda t: list(OLD_FENCE.finditer(t)), fence, 1):.3f} s, fenced_blocks "
+              f"{best(blocks.fenced_blocks, fence, 3):.6f} s", flush=True)
+
+
+if __name__ == "__main__":  # python tests/test_tasks_parsing_linear.py [KB ...]
+    import sys
+
+    timings([int(a) for a in sys.argv[1:]] or [16, 64])

@@ -398,7 +398,7 @@ SHOWN_PAIR_BLOCK = "```input_{i}\n{input}\n```\n```output_{i}\n{output}\n```\n"
 # AZR's format check: absolute_zero_reasoner/rewards/custom_evaluate.py:118 (`get_format_reward`, extraction
 # type `answer*`), applied with re.match to the text after "Assistant:", which starts with the prompt's <think>.
 # Kept as the specification: its two lazy `.*?` make it quadratic (each `</think><answer>` with no `</answer>`
-# after it rescans the rest: 5 s on a 64 KB completion), so ``r1_format_ok`` decides the same in linear time.
+# after it rescans the rest: 3.8 s on a 64 KB completion), so ``r1_format_ok`` decides the same in linear time.
 R1_FORMAT = re.compile(r"(?s)<think>.*?</think>\s*<answer>.*?</answer>")
 # The one part of R1_FORMAT that ``r1_format_ok`` still matches with a regex: one quantifier over one
 # character class between two literals, so each run of whitespace is read by at most one attempt.
