@@ -259,7 +259,9 @@ def check_rounds(verdicts, sandbox, limits, repeat: int, steps) -> dict[str, tup
         for name, settings in CHECKERS:
             env = TaskEnv(require_think=False, max_output_chars=limits.max_output_chars, **settings)
             counter = _Counting(sandbox)
-            (judged, _), seconds = _timed(lambda: check_and_rerun(items, tasks, counter, env, step=next(steps)))
+            step = next(steps)
+            (judged, _), seconds = _timed(
+                lambda counter=counter, env=env, step=step: check_and_rerun(items, tasks, counter, env, step=step))
             if name not in best or seconds < best[name][0]:
                 best[name] = (seconds, len(tasks), counter.executions, sum(j.correct for j in judged))
     return best
