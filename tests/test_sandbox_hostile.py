@@ -244,35 +244,117 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
             assert r["valid"] is False and str(r["reason"]).startswith("banned:"), (name, r)
         if name in meta and "filter" in meta[name]:
             assert r["reason"] == meta[name]["filter"], (name, r)
-        if name in meta and "validate" in meta[name]:
+        if name in meta and "validate" in meta[name] and not may_be_valid(meta[name]):
             assert r["valid"] is False, (name, r)
     assert not pwned_files()
     assert processes_mentioning(str(tmp_path)) == []
 
 
+def may_be_valid(meta: dict[str, str]) -> bool:
+    """Whether a program's ``validate`` header accepts a valid task (then its own program must be
+    judged right by the checker, and the re-run must confirm it)."""
+    return "valid" in [r for _, r in alternatives_of(meta["validate"])]
+
+
+def own_answer(task) -> str:
+    """The answer a task's own program gives, as a student would write it: the program (code_f),
+    the gold input (code_i) or the gold output (code_o)."""
+    payload = {"code_f": task.program, "code_i": task.input}.get(task.type, task.output)
+    block = {"code_f": "python", "code_i": "input"}.get(task.type, "output")
+    return f"<answer>\n```{block}\n{payload}\n```\n</answer>"
+
+
 @pytest.mark.slow
 def test_determinism_families_through_validation_alone(monkeypatch):
-    """issue 32's determinism families through the validator with the AST check switched off and no
-    strip layer (the sandbox and the determinism check alone), each followed by honest proposals
-    on the same sandbox that must all be valid tasks."""
+    """issue 32's and 37's determinism families through the validator with the AST check switched
+    off and no strip layer (the sandbox and the determinism check alone), each followed by honest
+    proposals on the same sandbox that must all be valid tasks. A program may end valid only where
+    its header says so, and then, run as a student's answer, its own program must be judged right
+    by the checker (one semantics, issue 37) and the check stage's re-run must confirm its gold."""
     if isolation_mode() != "full":
         pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
     from populora.tasks import programs, validation
+    from populora.tasks.checking import check_and_rerun
     from populora.tasks.config import TaskEnv
     from populora.tasks.records import Proposal
 
     monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
     meta = load_meta()
-    env = TaskEnv(strip=False)
+    env = TaskEnv(strip=False, require_think=False)
     honest = [Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",)) for i in range(3)]
-    cases = [(name, program) for name, program, _, _ in load_corpus() if "validate" in meta[name]]
+    cases = [(name, program) for name, program, _, _ in load_corpus()
+             if "validate" in meta[name] and "limits" not in meta[name]]
     assert len(cases) >= 4
+    def proposal(name: str, program: Program, step: int) -> Proposal:
+        task = meta[name].get("task", "code_o")
+        inputs = program.calls if task == "code_f" else program.calls[:1]
+        return Proposal(type=task, program=program.source, inputs=inputs, message="m", step=step)
+
+    # the ones that must never be valid one at a time, each followed by honest proposals; the ones that
+    # may be valid (their own program then judged by the checker) in one batch: nothing of one can
+    # reach another (each input alone, each in a child of its own)
+    alone = [(name, program) for name, program in cases if not may_be_valid(meta[name])]
+    together = [(name, program) for name, program in cases if may_be_valid(meta[name])]
     with Sandbox(limits=LIMITS, workers=2) as sb:
+        batches = [[case] for case in alone] + ([together] if together else [])
+        for step, batch in enumerate(batches, start=1):
+            verdicts = validation.validate_many([proposal(n, p, step) for n, p in batch] + honest, sb, env)
+            for (name, _), verdict in zip(batch, verdicts):
+                allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
+                assert (verdict.reason or "valid") in allowed, (name, verdict)
+            valid = [(name, v.task) for (name, _), v in zip(batch, verdicts) if v.valid]
+            judgements, changed = check_and_rerun([(t, own_answer(t)) for _, t in valid], [t for _, t in valid],
+                                                  sb, env)
+            for (name, t), judgement in zip(valid, judgements):
+                assert judgement.correct and t.id not in changed, (name, judgement, changed)
+            assert all(v.valid for v in verdicts[len(batch):]), (batch, verdicts[len(batch):])
+
+
+@pytest.mark.slow
+def test_gold_limits_families_are_judged_only_under_their_own_limits(monkeypatch):
+    """issue 37: programs whose gold depends on a sandbox limit (``# limits:``, a list of overrides of
+    ``LIMITS``; the first is the one they are validated under), with the AST check off and no strip
+    layer. If valid, the task records its limits; under the same limits the checker judges its own
+    program right and the re-run confirms its gold; under every other limit the checker refuses
+    (``limits_changed:<field>``) and re-runs nothing: never judged against a student under other
+    limits."""
+    if isolation_mode() != "full":
+        pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
+    from populora.tasks import programs, validation
+    from populora.tasks.checking import check_and_rerun
+    from populora.tasks.config import TaskEnv
+    from populora.tasks.records import GoldLimits, Proposal
+
+    monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
+    meta = load_meta()
+    env = TaskEnv(strip=False, require_think=False)
+    cases = [(name, program) for name, program, _, _ in load_corpus() if "limits" in meta[name]]
+    assert len(cases) >= 2
+    variants = sorted({json.dumps(v, sort_keys=True) for name, _ in cases for v in json.loads(meta[name]["limits"])})
+    sandboxes = {v: Sandbox(limits=dataclasses.replace(LIMITS, **json.loads(v)), workers=2) for v in variants}
+    try:
         for step, (name, program) in enumerate(cases, start=1):
-            task = meta[name].get("task", "code_o")
-            inputs = program.calls if task == "code_f" else program.calls[:1]
-            attack = Proposal(type=task, program=program.source, inputs=inputs, message="m", step=step)
-            verdicts = validation.validate_many([attack, *honest], sb, env)
-            allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
-            assert not verdicts[0].valid and verdicts[0].reason in allowed, (name, verdicts[0])
-            assert all(v.valid for v in verdicts[1:]), (name, verdicts[1:])
+            kind = meta[name].get("task", "code_o")
+            first, *others = [json.dumps(v, sort_keys=True) for v in json.loads(meta[name]["limits"])]
+            inputs = program.calls if kind == "code_f" else program.calls[:1]
+            attack = Proposal(type=kind, program=program.source, inputs=inputs, message="m", step=step)
+            (verdict,) = validation.validate_many([attack], sandboxes[first], env)
+            assert (verdict.reason or "valid") in [r for _, r in alternatives_of(meta[name]["validate"])], name
+            if not verdict.valid:
+                continue
+            assert verdict.task.limits == GoldLimits.of(sandboxes[first].limits), name
+            for limits in (first, *others):
+                (judgement,), changed = check_and_rerun([(verdict.task, own_answer(verdict.task))], [verdict.task],
+                                                        sandboxes[limits], env)
+                if limits == first:
+                    assert judgement.correct and not changed, (name, limits, judgement, changed)
+                else:
+                    assert not judgement.correct and judgement.reason.startswith("limits_changed:"), (name, judgement)
+                    assert not changed, name  # refused, not re-run: nothing to say about its determinism
+                    # the danger it guards against: without the record, the same answer judged wrong there
+                    legacy = dataclasses.replace(verdict.task, limits=None)
+                    (judged,), _ = check_and_rerun([(legacy, own_answer(legacy))], [], sandboxes[limits], env)
+                    assert judged.reason == "wrong", (name, judged)
+    finally:
+        for sb in sandboxes.values():
+            sb.close()
