@@ -52,8 +52,9 @@ $(LCB_STAMP): $(STAMP)
 	$(BIN)/pip install -q --no-deps '$(LCB_REF)'
 	touch $(LCB_STAMP)
 
+# --durations=25: the slowest tests, printed by every run (CI's budget is 25 minutes on 2 cores; docs/benchmarks/ci.md)
 test: setup setup-vllm setup-lcb
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: setup setup-vllm setup-lcb
 	$(BIN)/python -m pytest -q -m "not slow"

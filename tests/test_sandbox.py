@@ -463,6 +463,10 @@ def test_a_killed_caller_leaves_no_processes(tmp_path):
         ("max_output_chars", 0),
         ("memory_mb", "512"),
         ("memory_mb", True),
+        ("memory_mb", 10**14),  # issue 37: beyond any address space (every program failed its setup)
+        ("memory_mb", 10**400),
+        ("wall_seconds", 1e300),  # overflowed the caller's select()
+        ("workers", 10**6),
     ],
 )
 def test_limits_must_be_finite_and_in_range(field, value):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import json
@@ -234,26 +235,46 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
             assert r["valid"] is False and str(r["reason"]).startswith("banned:"), (name, r)
         if name in meta and "filter" in meta[name]:
             assert r["reason"] == meta[name]["filter"], (name, r)
-        if name in meta and "validate" in meta[name]:
+        if name in meta and "validate" in meta[name] and not may_be_valid(meta[name]):
             assert r["valid"] is False, (name, r)
     assert not pwned_files()
     assert processes_mentioning(str(tmp_path)) == []
 
 
+def may_be_valid(meta: dict[str, str]) -> bool:
+    """Whether a program's ``validate`` header accepts a valid task (then its own program must be
+    judged right by the checker, and the re-run must confirm it)."""
+    return "valid" in [r for _, r in alternatives_of(meta["validate"])]
+
+
+def own_answer(task) -> str:
+    """The answer a task's own program gives, as a student would write it: the program (code_f),
+    the gold input (code_i) or the gold output (code_o)."""
+    payload = {"code_f": task.program, "code_i": task.input}.get(task.type, task.output)
+    block = {"code_f": "python", "code_i": "input"}.get(task.type, "output")
+    return f"<answer>\n```{block}\n{payload}\n```\n</answer>"
+
+
 @pytest.mark.slow
 def test_determinism_families_through_validation_alone(monkeypatch):
-    """The determinism families (issues 32 and 37) through the validator with the AST check switched
+    """issue 32's and 37's determinism families through the validator with the AST check switched
     off (the sandbox and the determinism check alone), in one batch (one step: four fresh seeds),
-    each attack followed by an honest proposal that must be a valid task."""
+    each attack followed by an honest proposal that must be a valid task. A program may end valid
+    only where its header says so, and then, run as a student's answer, its own program must be
+    judged right by the checker (one semantics, issue 37) and the check stage's re-run must confirm
+    its gold."""
     if isolation_mode() != "full":
         pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
     from populora.tasks import programs, validation
+    from populora.tasks.checking import check_and_rerun
     from populora.tasks.config import TaskEnv
     from populora.tasks.records import Proposal
 
     monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
     meta = load_meta()
-    cases = [(name, program) for name, program, _, _ in load_corpus() if "validate" in meta[name]]
+    env = TaskEnv(require_think=False)
+    cases = [(name, program) for name, program, _, _ in load_corpus()
+             if "validate" in meta[name] and "limits" not in meta[name]]
     assert len(cases) >= 30
     batch = []
     for i, (name, program) in enumerate(cases):
@@ -261,12 +282,18 @@ def test_determinism_families_through_validation_alone(monkeypatch):
         inputs = program.calls if task == "code_f" else program.calls[:1]
         batch.append(Proposal(type=task, program=program.source, inputs=inputs, message="m", step=1))
         batch.append(Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",), step=1))
+    # one batch: nothing of one program can reach another (each input alone, each in a child of its
+    # own, forked from a template that holds no state of any program)
     with Sandbox(limits=LIMITS, workers=2) as sb:
-        verdicts = validation.validate_many(batch, sb, TaskEnv())
-    for (name, _), attack, honest in zip(cases, verdicts[0::2], verdicts[1::2]):
-        allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
-        assert not attack.valid and attack.reason in allowed, (name, attack)
-        assert honest.valid, (name, honest)
+        verdicts = validation.validate_many(batch, sb, env)
+        for (name, _), attack, honest in zip(cases, verdicts[0::2], verdicts[1::2]):
+            allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
+            assert (attack.reason or "valid") in allowed, (name, attack)
+            assert honest.valid, (name, honest)
+        valid = [(name, v.task) for (name, _), v in zip(cases, verdicts[0::2]) if v.valid]
+        judgements, changed = check_and_rerun([(t, own_answer(t)) for _, t in valid], [t for _, t in valid], sb, env)
+    for (name, t), judgement in zip(valid, judgements):
+        assert judgement.correct and t.id not in changed, (name, judgement, changed)
 
 
 def test_time_bombs_do_not_go_off():
@@ -283,3 +310,52 @@ def test_time_bombs_do_not_go_off():
         later = sb.run_many(programs)
     assert all(o.ok for o in first), first
     assert [o.values for o in first] == [o.values for o in later]
+
+
+@pytest.mark.slow
+def test_gold_limits_families_are_judged_only_under_their_own_limits(monkeypatch):
+    """issue 37: programs whose gold depends on a sandbox limit (``# limits:``, a list of overrides of
+    ``LIMITS``; the first is the one they are validated under), with the AST check off. If valid, the
+    task records its limits; under the same limits the checker judges its own program right and the re-run confirms its gold; under every other limit the checker refuses
+    (``limits_changed:<field>``) and re-runs nothing: never judged against a student under other
+    limits."""
+    if isolation_mode() != "full":
+        pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
+    from populora.tasks import programs, validation
+    from populora.tasks.checking import check_and_rerun
+    from populora.tasks.config import TaskEnv
+    from populora.tasks.records import GoldLimits, Proposal
+
+    monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
+    meta = load_meta()
+    env = TaskEnv(require_think=False)
+    cases = [(name, program) for name, program, _, _ in load_corpus() if "limits" in meta[name]]
+    assert len(cases) >= 2
+    variants = sorted({json.dumps(v, sort_keys=True) for name, _ in cases for v in json.loads(meta[name]["limits"])})
+    sandboxes = {v: Sandbox(limits=dataclasses.replace(LIMITS, **json.loads(v)), workers=2) for v in variants}
+    try:
+        for step, (name, program) in enumerate(cases, start=1):
+            kind = meta[name].get("task", "code_o")
+            first, *others = [json.dumps(v, sort_keys=True) for v in json.loads(meta[name]["limits"])]
+            inputs = program.calls if kind == "code_f" else program.calls[:1]
+            attack = Proposal(type=kind, program=program.source, inputs=inputs, message="m", step=step)
+            (verdict,) = validation.validate_many([attack], sandboxes[first], env)
+            assert (verdict.reason or "valid") in [r for _, r in alternatives_of(meta[name]["validate"])], name
+            if not verdict.valid:
+                continue
+            assert verdict.task.limits == GoldLimits.of(sandboxes[first].limits), name
+            for limits in (first, *others):
+                (judgement,), changed = check_and_rerun([(verdict.task, own_answer(verdict.task))], [verdict.task],
+                                                        sandboxes[limits], env)
+                if limits == first:
+                    assert judgement.correct and not changed, (name, limits, judgement, changed)
+                else:
+                    assert not judgement.correct and judgement.reason.startswith("limits_changed:"), (name, judgement)
+                    assert not changed, name  # refused, not re-run: nothing to say about its determinism
+                    # the danger it guards against: without the record, the same answer judged wrong there
+                    legacy = dataclasses.replace(verdict.task, limits=None)
+                    (judged,), _ = check_and_rerun([(legacy, own_answer(legacy))], [], sandboxes[limits], env)
+                    assert judged.reason == "wrong", (name, judged)
+    finally:
+        for sb in sandboxes.values():
+            sb.close()

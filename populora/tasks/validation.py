@@ -24,18 +24,22 @@ For each proposal, in order (the first failure is the reason):
    (``output_too_large``; never truncated, a truncated output would make the task unsolvable) and, for
    code_o/code_i, reads back as a literal (``not_literal``), or the student could not write it.
 
+A valid task records the sandbox limits its gold outputs were computed under (``Task.limits``, a
+``GoldLimits``); the checker judges it only under the same ones (``checking.py``).
+
 All executions of one turn go to the sandbox in ONE ``run_many`` call so that all workers stay busy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import populora.tasks.determinism as determinism
 from populora.tasks.config import TaskEnv
 from populora.tasks.kinds.registry import get_kind
 from populora.tasks.programs import program_reason
-from populora.tasks.records import FORMAT, Proposal, Task, Verdict
+from populora.tasks.records import FORMAT, GoldLimits, Proposal, Task, Verdict
 
 
 def check_inputs(proposal: Proposal, env: TaskEnv) -> tuple[str | None, tuple[str, ...]]:
@@ -83,6 +87,7 @@ def validate_many(proposals: Sequence[Proposal], sandbox, env: TaskEnv | None = 
     judged = determinism.run_executions(
         sandbox, [(proposals[i].type, proposals[i].program, inputs) for i, inputs in runs], env,
         determinism.run_seed_of(sandbox), step)
+    limits = GoldLimits.of(getattr(sandbox, "limits", None))  # what the gold outputs were computed under
     for (i, inputs), (reason, outputs, seconds) in zip(runs, judged):
         if reason is None:
             reason = get_kind(proposals[i].type).output_reason(outputs, env)
@@ -90,6 +95,6 @@ def validate_many(proposals: Sequence[Proposal], sandbox, env: TaskEnv | None = 
             verdicts[i] = Verdict(False, reason, seconds=seconds)
         else:
             values = tuple(outputs)
-            task = make_task(proposals[i], inputs, values, env)
+            task = dataclasses.replace(make_task(proposals[i], inputs, values, env), limits=limits)
             verdicts[i] = Verdict(True, None, outputs=values, seconds=seconds, task=task)
     return [v for v in verdicts if v is not None]
