@@ -122,6 +122,7 @@ class Server:
         r_setup, w_setup = os.pipe2(os.O_NONBLOCK)
         start = time.monotonic()
         pid = pidfd = None
+        reaped = False
         retire = None
         try:
             try:
@@ -131,16 +132,17 @@ class Server:
                 os.close(w_res)
                 os.close(w_out)
                 os.close(w_setup)
-            if not self.template.forked:
-                pidfd = os.pidfd_open(pid)
+            # a pidfd: the child's exit (no template), or a handle to kill it by at the deadline
+            pidfd = self.template.held(pid) if self.template.forked else os.pidfd_open(pid)
             answer, res, out = self._supervise(job, pid, pidfd, r_res, r_out, start)
+            reaped = True  # the child's pid may be another process's from here on
             try:
                 answer["setup_done"] = os.read(r_setup, 1) == b"1"
             except BlockingIOError:
                 answer["setup_done"] = False
         finally:
             if pid is not None:
-                self._kill_rest(pid)
+                self._kill_rest(pid, group=not reaped)
             if pidfd is not None:
                 os.close(pidfd)
             os.close(r_res)
@@ -260,7 +262,13 @@ class Server:
                 if not (res if fd == r_res else out).read_from(fd):
                     poller.unregister(fd)
                     open_pipes.discard(fd)
-        if timed_out:  # alive (unreaped), so its pid and group are still its own
+        if timed_out and self.template.forked:  # by its pidfd: the template may have reaped it
+            if pidfd is not None:  # by now; the template kills its group before reaping it
+                try:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        elif timed_out:  # this server's child, alive (unreaped): its pid and group are its own
             for target in (pid, -pid):
                 try:
                     os.kill(target, signal.SIGKILL)
@@ -290,12 +298,18 @@ class Server:
         }
         return answer, res, out
 
-    def _kill_rest(self, pid: int, reap_child: bool = True) -> None:
+    def _kill_rest(self, pid: int, reap_child: bool = True, group: bool = True) -> None:
         """SIGKILL every process the program made, the child included.
 
         With ``reap_child`` also reap them all (after the child's own ``wait4``); without, only
         kill, so that the child's exit status is still there to be read. In a PID namespace of the
         template's, the template kills and reaps them before it reports.
+
+        A process group is signalled by the child's pid only while that pid is held (``group``: the
+        child is alive or a zombie): once it is reaped the number may belong to another program's
+        child (pids are reused, soon on a host with pid_max 32768 under load), which a ``killpg``
+        would kill. Its group was killed before it was reaped (on its exit, or at the deadline); what
+        escaped the group comes to this server, a subreaper, and is found by walking its children.
         """
         if self.namespaced:
             return
@@ -316,10 +330,11 @@ class Server:
                     os.waitpid(-1, 0)
                 except ChildProcessError:
                     return
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if group:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if reap_child:  # orphans come to this server (a subreaper), never to the template
             isolation.kill_descendants(spare=self.template.pid)
 

@@ -129,6 +129,31 @@ class Template:
                 return struct.unpack("iII", data[:12])[0]
         raise TemplateDied(0, "the child's hello carried no credentials")
 
+    def held(self, pid: int) -> int | None:
+        """A pidfd of the forked child ``pid``, or None when it is gone already (reaped by the
+        template: its number may be another process's by now). The pidfd names one process for good,
+        so the server can kill the child at its deadline without a number that may have been reused.
+
+        In the template's own PID namespace nothing else can take the number: only this server's
+        descendants live in its namespace, and the template forks again only when told to. Without
+        that namespace the parent is checked after the pidfd is opened (where ``/proc`` shows it): a
+        process shown as the template's child is this one, any other is not."""
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        if self.namespace:
+            return fd
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return fd  # no /proc to ask: the child said hello an instant ago, and is held until it exits
+        if parent != self.pid:
+            os.close(fd)
+            return None
+        return fd
+
     def reaped(self, pid: int) -> tuple[int, tuple]:
         """After the child exited (``exit_fd`` readable): (wait status, rusage fields)."""
         if not self.forked:
