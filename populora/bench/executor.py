@@ -203,14 +203,16 @@ def run(args: argparse.Namespace) -> int:
     base = results[LAYOUTS[0][0]][1]
     print(f"best of {max(1, args.repeat)} round(s); sandbox in {mode or 'unknown'} mode")
     today = results[TODAY][1]
-    print(f"{'layout / approach':<36}{'executions':>11}{'seconds':>9}{'validations/s':>15}"
+    labels = {name: f"sandbox, {name}" if name in envs or name in (WITHOUT_37, TODAY) else name for name in results}
+    width = max(map(len, labels.values())) + 2
+    print(f"{'layout / approach':<{width}}{'executions':>11}{'seconds':>9}{'validations/s':>15}"
           f"{'x before':>10}{'x before 37':>12}{'measure adds':>14}")
     previous = None
     for name, (_, seconds, executions) in results.items():
-        label = f"sandbox, {name}" if name in envs or name in (WITHOUT_37, TODAY) else name
+        label = labels[name]
         adds = f"{seconds - previous:+.2f} s" if name in envs and previous is not None else ""
-        print(f"{label:<36}{executions:>11}{seconds:>9.2f}{len(proposals) / seconds:>15.1f}"
-              f"{seconds / base:>9.2f}x{seconds / today:>11.2f}x{adds:>14}")
+        print(f"{label:<{width}}{executions:>11}{seconds:>9.2f}{len(proposals) / seconds:>15.1f}"
+              f"{seconds / base:>9.2f}x{seconds / today:>11.2f}x{adds:>14}".rstrip())
         previous = seconds if name in envs else previous
     slowest = max(s for _, s, _ in results.values())
     print(
