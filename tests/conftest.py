@@ -84,6 +84,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_browser)
         if "vllm" in item.keywords and not vllm:
             item.add_marker(skip_vllm)
+    if getattr(config.option, "dist", "no") != "no":
+        _schedule_for_xdist(items)
+
+
+def _schedule_for_xdist(items) -> None:
+    """Under pytest-xdist (``make test`` runs its quick tests with ``-n 2 --dist loadgroup``;
+    docs/benchmarks/ci.md has the measurements), a module is one unit of work, so that its module- and session-scoped fixtures (a
+    trained run that several tests compare against) are built once, on one worker. Every module that
+    uses the test cluster shares one unit: two jobs on its one node would wait for each other and
+    time out. Units with slow tests go first, so that the longest work starts first and the two
+    workers finish together (the longest-first rule of scheduling)."""
+    slurm_files = {item.nodeid.split("::")[0] for item in items if "slurm" in item.keywords}
+    slow_files = {item.nodeid.split("::")[0] for item in items if "slow" in item.keywords}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("slurm" if path in slurm_files else path))
+    items.sort(key=lambda item: (item.nodeid.split("::")[0] not in slurm_files,
+                                 item.nodeid.split("::")[0] not in slow_files))
 
 
 @pytest.fixture
