@@ -22,7 +22,7 @@ BLOCKED = sorted({m for mods in EXTRAS.values() for m in mods} | {"hypothesis"})
 # modules that belong to an extra by nature (they draw figures), and the sandbox's fork-server files,
 # which the server imports as top-level modules of its own (never as populora.sandbox.*)
 OPTIONAL = {"populora.diagnostics.plots", "populora.diagnostics.report"}
-SERVER_SIDE = {f"populora.sandbox.{m}" for m in ("channels", "child", "isolation", "protocol", "runner", "scratch", "server")}
+SERVER_SIDE = {f"populora.sandbox.{m}" for m in ("channels", "child", "isolation", "protocol", "runner", "scratch", "server", "template")}
 
 BLOCKER = f"""
 import sys
