@@ -105,7 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise MissingExtra("vllm", "vllm", "populora train: policy.engine=vllm")
     # the plan first (it needs only the model's shape): a run that cannot fit is refused before its
     # weights are looked for
-    if not args.no_memory_check and (refusal := memory_refusal(cfg)) is not None:
+    if not args.no_memory_check and (refusal := memory_refusal(cfg, args.nproc or env.world)) is not None:
         print(refusal, file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     if cfg is not None and env.rank == 0 and (problem := model_problem_line(cfg.policy.model)) is not None:
@@ -176,8 +176,9 @@ def nproc_warnings(nproc: int, cfg) -> list[str]:
     return out
 
 
-def memory_refusal(cfg) -> str | None:
-    """Why a GPU run would not fit its GPU (the plan's table and fixes), or ``None``.
+def memory_refusal(cfg, ranks: int = 1) -> str | None:
+    """Why a GPU run of ``ranks`` ranks would not fit its GPUs (one rank's plan: its table and fixes), or
+    ``None``.
 
     Checked before any weights load or any rank starts, from the config and the model's shape alone
     (``populora plan``); runs on CPU are not checked. A model whose shape the plan cannot find is
@@ -189,13 +190,16 @@ def memory_refusal(cfg) -> str | None:
     if gib is None:
         return None
     try:
-        plan = check_plan(cfg, gib)
+        plan = check_plan(cfg, gib, ranks=ranks)
     except UnknownModelShape as e:
         print(f"populora train: memory plan skipped: {e}", file=sys.stderr)
         return None
     if plan.fits:
         return None
-    return (f"populora train: the run does not fit one {gib:.0f} GiB GPU (exit {EXIT_DOES_NOT_FIT}); "
+    where = f"one {gib:.0f} GiB GPU" if ranks == 1 else f"{ranks} ranks of one {gib:.0f} GiB GPU each"
+    more = (f" (its preset is made for {cfg.run.ranks} ranks: --nproc {cfg.run.ranks}, or that many srun tasks)"
+            if cfg.run.ranks > ranks else "")
+    return (f"populora train: the run does not fit {where}{more} (exit {EXIT_DOES_NOT_FIT}); "
             f"nothing was loaded.\n{format_plan(plan, title=cfg.name)}\n(--no-memory-check starts it anyway)")
 
 
