@@ -197,3 +197,10 @@ def test_a_32_member_run_killed_with_sigkill_resumes_bit_identically(tmp_path):
     for name in ("lineage.jsonl", "tasks.jsonl"):
         assert (rd / name).read_text() == (straight / name).read_text(), name
     assert [without_timings(r) for r in read_metrics(rd)] == [without_timings(r) for r in read_metrics(straight)]
+
+
+def test_published_versions_leave_dev_shm_when_it_cannot_hold_two_of_every_member():
+    """64 members of a 7B at rank 32 in bf16 are 10.3 GB a version; /dev/shm must hold two (old and new)."""
+    from populora.policy.vllm_adapters import default_adapter_root
+
+    assert default_adapter_root(1 << 60) is None  # more than any /dev/shm: $TMPDIR
