@@ -13,7 +13,8 @@ def _run(members: int, per_member: dict[str, float], fixed: float = 0.0, steps: 
     """A size's result with every phase costing ``per_member[phase] x members`` (+ ``fixed``) each step."""
     step = {p: per_member.get(p, 0.001) * members + fixed for p in STAGE_PHASES}
     return {"members": members, "cpu": [dict(step) for _ in range(steps)], "wall": [dict(step) for _ in range(steps)],
-            "block": block, "checkpoint_bytes": 1000 * members, "resume_s": 0.01 * members, "peak_rss_mb": 900.0}
+            "block": block, "checkpoint_bytes": 1000 * members, "resume_s": 0.01 * members,
+            "resume_cpu_s": 0.01 * members, "peak_rss_mb": 900.0}
 
 
 def test_linear_stages_grow_1x_and_a_quadratic_one_is_named_worst():
@@ -44,7 +45,7 @@ def test_a_size_costs_the_median_over_blocks_of_the_mean_within_a_block():
     for s, v in zip(run["cpu"], (1.0, 3.0, 2.0, 100.0)):
         s["train"] = v
     assert scale.stage_costs(run)["training"] == pytest.approx((2.0 + 51.0) / 2)  # blocks (1, 3) and (2, 100)
-    assert scale.block_steps(8, 64) == 8 and scale.block_steps(64, 64) == 1 and scale.block_steps(6, 64) == 11
+    assert scale.block_steps(8, 32) == 4 and scale.block_steps(64, 32) == 1 and scale.block_steps(6, 32) == 6
 
 
 def test_the_stage_clock_splits_cpu_time_by_phase():

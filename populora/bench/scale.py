@@ -11,11 +11,11 @@ model, where a cost that grows faster than the population would hide, is not dro
 Each stage's cost is the **CPU time of the process tree** (this process's ``process_time``, all its
 threads, plus the sandbox's fork servers and their reaped children, read from ``/proc``), not wall
 time: on a shared machine wall time moves with the other jobs' load, CPU time much less. Wall time
-is printed beside it. Every size runs ``--repeats`` blocks of as many member-steps as one step of the
-largest size (64 members: 1 step a block; 8 members: 8 steps; so a stage whose cost varies from step to
-step, evolution's operators drawn at random, is averaged over as many members at every size); a stage's
-cost is the median over the blocks of its mean per step within a block, and its per-member cost that
-divided by the members. The growth of a stage is its per-member cost at 64
+is printed beside it. Every size runs ``--repeats`` blocks of at least ``--block`` member-steps (default
+half the largest size: a block is 1 step of 64 members, 4 steps of 8, 16 of 2), so that a stage whose
+cost varies from step to step (evolution draws its operators at random) is averaged over comparable
+numbers of members at every size; a stage's cost is the median over the blocks of its mean per step
+within a block, and its per-member cost that divided by the members. The growth of a stage is its per-member cost at 64
 members over its per-member cost at 8: 1.00x is linear, 8.00x quadratic.
 
 Stages (the loop's phases, ``selfplay/loop.py``): matchmaking; ratings; generation (propose +
@@ -70,9 +70,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=str(ROOT / "configs" / "tiny.yaml"))
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="population sizes (members, even)")
-    p.add_argument("--repeats", type=int, default=2,
-                   help="timed blocks per size after a warm-up step; a block is as many member-steps as the largest "
-                        "size takes in one step (64 members: 1 step, 8 members: 8 steps)")
+    p.add_argument("--repeats", type=int, default=2, help="timed blocks per size, after a warm-up step")
+    p.add_argument("--block", type=int, default=0, metavar="MEMBER_STEPS",
+                   help="member-steps of a block (default half the largest size: 32 for 64 members, so a block is "
+                        "1 step of 64 members, 4 steps of 8); a size runs at least one step a block")
     p.add_argument("--new-tokens", type=int, default=8, help="max_new_tokens of teachers and students")
     p.add_argument("--sequences", type=int, default=3, help="selfplay.sequences_per_adapter (tiny: 6)")
     p.add_argument("--write", action="store_true",
@@ -132,9 +133,9 @@ class StageClock:
 
 
 # -- one population size (in a process of its own) ----------------------------------------------
-def block_steps(members: int, largest: int) -> int:
-    """Steps of one timed block: as many member-steps as one step of the largest size."""
-    return -(-largest // members)
+def block_steps(members: int, member_steps: int) -> int:
+    """Steps of one timed block of ``member_steps`` member-steps (at least one step)."""
+    return max(1, -(-member_steps // members))
 
 
 def _size_overrides(members: int, steps: int, new_tokens: int, sequences: int) -> list[str]:
@@ -186,21 +187,22 @@ def measure_size(config: str, overrides: list[str], members: int, steps: int, ne
         finally:
             log.close()
             sp.close()
-        t0 = time.perf_counter()  # resume: what `populora train --resume` does before its first step
+        t0, c0 = time.perf_counter(), tree_cpu()[1]  # resume: what `populora train --resume` does first
         again = SelfPlay(cfg, rd)
         try:
             state.restore(again, checkpoint.load_checkpoint(path))
             out["resume_s"] = time.perf_counter() - t0
+            out["resume_cpu_s"] = tree_cpu()[0] - c0
         finally:
             again.close()
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
-def _measure_in_process(args: argparse.Namespace, members: int, largest: int) -> dict:
+def _measure_in_process(args: argparse.Namespace, members: int, block: int) -> dict:
     code = ("import json, sys; from populora.bench.scale import measure_size; "
             f"print('SCALE ' + json.dumps(measure_size({args.config!r}, {list(args.overrides)!r}, {members}, "
-            f"{args.repeats * block_steps(members, largest)}, {args.new_tokens}, {args.sequences})))")
+            f"{args.repeats * block_steps(members, block)}, {args.new_tokens}, {args.sequences})))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [x for x in done.stdout.splitlines() if x.startswith("SCALE ")]
@@ -257,7 +259,8 @@ def table(runs: dict[int, dict]) -> list[str]:
     lines.append(f"{'step, CPU (ms per member)':<36}" + "".join(f"{1000 * total[n] / n:>9.1f}" for n in sizes))
     lines.append(f"{'step, wall (ms per member)':<36}" + "".join(f"{1000 * wall[n] / n:>9.1f}" for n in sizes))
     lines.append(f"{'checkpoint (KB per member)':<36}" + "".join(f"{runs[n]['checkpoint_bytes'] / 1e3 / n:>9.1f}" for n in sizes))
-    lines.append(f"{'resume (ms per member, wall)':<36}" + "".join(f"{1000 * runs[n]['resume_s'] / n:>9.1f}" for n in sizes))
+    lines.append(f"{'resume, CPU (ms per member)':<36}" + "".join(f"{1000 * runs[n]['resume_cpu_s'] / n:>9.1f}" for n in sizes))
+    lines.append(f"{'resume, wall (ms per member)':<36}" + "".join(f"{1000 * runs[n]['resume_s'] / n:>9.1f}" for n in sizes))
     lines.append(f"{'peak RSS (MB)':<36}" + "".join(f"{runs[n]['peak_rss_mb']:>9.0f}" for n in sizes))
     return lines
 
@@ -297,14 +300,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     runs: dict[int, dict] = {}
     t0 = time.perf_counter()
+    block = args.block or max(1, max(sizes) // 2)
     for n in sizes:
-        runs[n] = _measure_in_process(args, n, max(sizes))
-        runs[n]["block"] = block_steps(n, max(sizes))
+        runs[n] = _measure_in_process(args, n, block)
+        runs[n]["block"] = block_steps(n, block)
         print(f"  {n} members: step {sum(stage_costs(runs[n]).values()):.2f} s CPU", file=sys.stderr, flush=True)
     shown = os.path.relpath(args.config, ROOT) if Path(args.config).resolve().is_relative_to(ROOT) else args.config
     header = (f"config {shown} {' '.join(args.overrides)}".rstrip() + f"; {args.sequences} sequences per member, "
               f"max_new_tokens {args.new_tokens}; evolution, checkpoint save and load every step; per size the median "
-              f"of {args.repeats} blocks of {max(sizes)} member-steps after a warm-up step; CPU time of the process "
+              f"of {args.repeats} blocks of >= {block} member-steps after a warm-up step; CPU time of the process "
               f"tree ({time.perf_counter() - t0:.0f} s in all)")
     lines = [header, *table(runs)]
     if FROM in runs and TO in runs:
