@@ -204,3 +204,44 @@ def test_published_versions_leave_dev_shm_when_it_cannot_hold_two_of_every_membe
     from populora.policy.vllm_adapters import default_adapter_root
 
     assert default_adapter_root(1 << 60) is None  # more than any /dev/shm: $TMPDIR
+
+
+def _masters_case(device: str):
+    """Two bf16 adapters with float32 masters; the masters of ``other`` go to host memory, a replaced adapter
+    keeps its place there, and weights read and written through the masters are unchanged by the moves."""
+    from populora.policy import make_backend
+
+    be = make_backend({"model": "tiny", "device": device, "dtype": "bfloat16" if device == "cuda" else "float32",
+                       "adapter_dtype": "bfloat16", "lora": {"rank": 8, "alpha": 16, "b_std": 0.05}})
+    be.add_adapter("mine", be.new_adapter_weights(seed=0))
+    be.add_adapter("other", be.new_adapter_weights(seed=1))
+    before = {n: be.get_weights(n) for n in ("mine", "other")}
+    be.keep_masters_on_host(["other"])
+    assert all(m.device.type == "cpu" for m in be.trainer._masters["other"])
+    assert all(m.device == be.trainer.device for m in be.trainer._masters["mine"])
+    assert all(be.get_weights(n).equal(before[n]) for n in before)
+    tl = be.completion_logprobs("mine", [[5, 6, 7]], [[8, 9]])
+    be.optimizer_step("mine", -(tl.logprobs * tl.mask).sum())  # the trained member steps its masters in place
+    child = be.new_adapter_weights(seed=2)
+    be.replace_adapter("other", "child", child)  # the child takes the slot, and the slot's ranks
+    assert all(m.device.type == "cpu" for m in be.trainer._masters["child"]) and be.get_weights("child").equal(child)
+    be.add_adapter("late", be.new_adapter_weights(seed=3))  # not named: its masters on the trainer's device
+    assert all(m.device == be.trainer.device for m in be.trainer._masters["late"])
+    be.keep_masters_on_host(["late"])
+    assert all(m.device.type == "cpu" for m in be.trainer._masters["late"])
+    assert all(m.device == be.trainer.device for m in be.trainer._masters["child"])
+    return be
+
+
+def test_masters_of_members_other_ranks_train_move_to_host_memory_and_back():
+    _masters_case("cpu")  # on CPU the host is the device: the bookkeeping, not the memory
+
+
+@pytest.mark.gpu
+def test_masters_of_members_other_ranks_train_leave_the_gpu():
+    """On CUDA: the GPU holds one float32 copy less per member another rank trains."""
+    be = _masters_case("cuda")
+    free = sum(m.numel() * 4 for m in be.trainer._masters["mine"])
+    before = torch.cuda.memory_allocated()
+    be.keep_masters_on_host(["mine", "late"])
+    assert before - torch.cuda.memory_allocated() >= free
