@@ -116,8 +116,8 @@ def test_the_ratings_of_64_members_keep_their_labels_apart(big_run):
 
 
 def test_the_leaderboard_chart_keeps_64_members_inside_their_run(monkeypatch, tmp_path):
-    from eval.figures import chart_png, pyplot
-    from eval.leaderboard import build_table, read_scores
+    from eval.leaderboard.figures import chart_png, pyplot
+    from eval.leaderboard.page import build_table, read_scores
 
     cols, table = build_table(read_scores(_write_scores(tmp_path))[0])
     plt = pyplot()
@@ -135,7 +135,7 @@ def test_the_leaderboard_chart_keeps_64_members_inside_their_run(monkeypatch, tm
 def _leaderboard_rows():
     from test_eval_leaderboard import _row
 
-    from eval.leaderboard import GROUPS
+    from eval.leaderboard.columns import GROUPS
 
     cols = [*GROUPS["code"], *GROUPS["math"]]
     members = [(f"t{i}-120" if i % 2 else f"t{i}", "teacher") for i in range(T)]
@@ -159,7 +159,7 @@ def _write_scores(tmp_path) -> list[Path]:
 
 
 def _write_leaderboard(tmp_path) -> Path:
-    from eval.leaderboard import write_leaderboard
+    from eval.leaderboard.page import write_leaderboard
 
     return write_leaderboard(_write_scores(tmp_path), tmp_path / "out")["html"]
 
