@@ -296,7 +296,7 @@ def dry_run_text(plan: SweepPlan, pf=None) -> str:
     """What ``--dry-run`` prints: the runs, the preflight's problems (one line each), the disk each run
     writes, GPUs and GPU-hours per stage and in total, then every sbatch script (or the local job list)."""
     from jobs.preflight import disk_table
-    from jobs.resources import resources_table
+    from jobs.resources import population_table, resources_table
 
     pf = pf if pf is not None else run_preflight(plan)
     if all(s.profile.executor == "slurm" for s in plan.stages):
@@ -307,7 +307,8 @@ def dry_run_text(plan: SweepPlan, pf=None) -> str:
     notes = [f"would refuse to submit: {e}" for e in pf.errors] + [f"warning: {w}" for w in pf.warnings]
     head = describe_plan(plan) + ("\n" + "\n".join(notes) if notes else "")
     disk = disk_table(pf)
-    return head + "\n\n" + (disk + "\n\n" if disk else "") + resources_table(plan.stages) + "\n\n" + body
+    return (head + "\n\n" + (disk + "\n\n" if disk else "") + resources_table(plan.stages) + "\n\n"
+            + population_table(plan) + "\n\n" + body)
 
 
 def check_profile_name(name: str) -> None:

@@ -21,6 +21,8 @@ POPULATIONS: dict[str, tuple[str, ...]] = {
     "1t1s": ("population.teachers=1", "population.students=1", "population.baseline=false"),
     "4t4s": ("population.teachers=4", "population.students=4", "population.baseline=false"),
     "8t8s": ("population.teachers=8", "population.students=8", "population.baseline=false"),
+    "16t16s": ("population.teachers=16", "population.students=16", "population.baseline=false"),
+    "32t32s": ("population.teachers=32", "population.students=32", "population.baseline=false"),
     "baseline": ("population.teachers=1", "population.students=1", "population.baseline=true"),
 }
 SPEC_KEYS = ("name", "config", "model", "profile", "eval_profile", "leaderboard_profile", "populations", "seeds",
@@ -37,6 +39,7 @@ class RunSpec:
     name: str
     overrides: tuple[str, ...]
     gpus: int | None = None  # None: the training profile's whole allocation
+    population: str = ""  # the sweep's population name the run belongs to
 
 
 @dataclass
@@ -184,7 +187,7 @@ def expand_runs(spec: SweepSpec) -> list[RunSpec]:
         overrides = (*model, *spec.overrides, f"run.wandb_group={spec.name}", f"run.wandb_name={name}",
                      *spec.populations[pop], f"{spec.seed_key}={seed}",
                      *(f"{k}={_value_text(v)}" for k, v in zip(keys, values)))
-        runs.append(RunSpec(name, overrides, spec.gpus.get(pop)))
+        runs.append(RunSpec(name, overrides, spec.gpus.get(pop), pop))
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise SweepError(f"sweep {spec.name}: two runs got the same name; rename populations or grid values")

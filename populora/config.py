@@ -70,6 +70,10 @@ class SelfPlayConfig:
 @dataclass
 class RunConfig:
     dir: str = ""  # default: runs/<name>
+    # The ranks (GPUs) the run is made for: `populora plan` plans one rank of a run of this many when
+    # --nproc is not given (a preset whose members do not fit one GPU says how many it needs). The
+    # launcher (--nproc, torchrun, srun) sets the ranks a run has; `populora train` plans those.
+    ranks: int = 1
     checkpoint_every: int = 1  # steps
     keep_checkpoints: int = 2
     tensorboard: bool = True  # write event files when tensorboard is installed
@@ -270,6 +274,7 @@ def validate(cfg: Config) -> None:
         )
     _need(cfg.run.checkpoint_every >= 1, "run.checkpoint_every", "must be >= 1")
     _need(cfg.run.keep_checkpoints >= 1, "run.keep_checkpoints", "must be >= 1")
+    _need(cfg.run.ranks >= 1, "run.ranks", f"must be >= 1, got {cfg.run.ranks}")
     _need(cfg.run.collective_timeout_s > 0, "run.collective_timeout_s", "must be > 0")
     _need(wandb_mode(cfg.run.wandb) is not None, "run.wandb", f"must be off, offline or online, got {cfg.run.wandb!r}")
     # two limits, two owners: the task environment decides which outputs make a task (its kinds reject

@@ -278,7 +278,7 @@ def test_quick_start_copied_training_profile_sizes_eval_as_eval(tmp_path, monkey
     plan = sweep.build_plan(paper, tmp_path / "sw", "mycluster", validate=False)
     by_key = {s.key: s for s in plan.stages}
     shards = [s for s in plan.stages if s.key.startswith("eval:")]
-    assert len(shards) == 12 and all(s.profile.gpus == 1 and s.profile.mem_gb == 120 for s in shards)
+    assert len(shards) == 18 and all(s.profile.gpus == 1 and s.profile.mem_gb == 120 for s in shards)
     assert by_key["leaderboard"].profile.gpus == 0
     assert by_key["train"].profile.gpus == 8
     # without an eval_profile anywhere: the training profile's evaluation shape, not its whole node
@@ -305,12 +305,33 @@ def test_dry_run_prints_gpus_and_gpu_hours_per_stage_and_in_total(tmp_path):
     assert "allocation" not in text
     assert "run 8t8s-s0 (8 GPU(s))" in text and "run baseline-s0 (1 GPU(s))" in text
     res = {s.key: stage_resources(s) for s in plan.stages}
-    assert (res["train"].gpus, res["train"].gpu_hours) == (48, 48 * 24)  # 6 runs x 8 GPUs x 24 h
+    assert (res["train"].gpus, res["train"].gpu_hours) == (96, 96 * 24)  # 12 runs x 8 GPUs x 24 h
     assert (res["train:2gpu"].gpus, res["train:1gpu"].gpus) == (6, 3)
     assert res["eval:4t4s-s0"].gpus == 8 and res["eval:4t4s-s0"].gpu_hours == 8 * 12  # 8 shards x 1 GPU x 12 h
     assert res["leaderboard"].gpus == 0
     table = resources_table(plan.stages)
     total = table.splitlines()[-1].split()
-    assert total[0] == "total" and int(total[2]) == 48 + 6 + 3 + 12 * 8
-    assert float(total[3]) == 48 * 24 + 6 * 24 + 3 * 24 + 12 * 8 * 12
+    assert total[0] == "total" and int(total[2]) == 96 + 6 + 3 + 18 * 8
+    assert float(total[3]) == 96 * 24 + 6 * 24 + 3 * 24 + 18 * 8 * 12
     assert table in text
+
+
+def test_dry_run_prints_gpu_hours_per_population_size(tmp_path):
+    """One line per population of the paper sweep (1T1S .. 32T32S and the baseline): runs, GPUs a run, the
+    cost model's estimate, training at the limit, evaluation, total; a run past its limit is marked."""
+    from populora.distributed.cost import step_cost
+
+    plan = sweep.build_plan(sweep.load_spec(SWEEPS / "populations-7b.yaml"), tmp_path / "sw")
+    text = sweep.dry_run_text(plan)
+    head = text.index("GPU-hours per population size")
+    lines = {ln.split()[0]: ln.split() for ln in text[head:].splitlines()[2:8]}
+    assert list(lines) == ["1t1s", "4t4s", "8t8s", "16t16s", "32t32s", "baseline"]
+    for pop, gpus in (("1t1s", 2), ("32t32s", 8), ("baseline", 1)):
+        row = lines[pop]
+        cfg = plan.configs[f"{pop}-s0"]
+        est = 3 * step_cost(cfg, gpus)["step_s"] * cfg.selfplay.steps * gpus / 3600
+        assert (int(row[1]), int(row[2]), int(row[4])) == (3, gpus, 200)
+        assert float(row[5].rstrip("*")) == pytest.approx(est, abs=0.06)
+        assert float(row[6]) == 3 * gpus * 24 and float(row[7]) == 3 * 8 * 12  # at the limit; 3 x 8 shards x 12 h
+        assert float(row[8]) == pytest.approx(float(row[6]) + float(row[7]))
+    assert lines["32t32s"][5].endswith("*") and not lines["1t1s"][5].endswith("*")  # 34 h estimated vs 24 h

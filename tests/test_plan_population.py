@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from populora.config import load_config
 from populora.plan import plan, plan_inputs
 from populora.plan.memory import GIB, adapters_optimizer_bytes, trainer_bytes
@@ -54,3 +56,39 @@ def test_populora_plan_prints_the_largest_population():
     assert out.returncode == 0, out.stderr
     last = out.stdout.strip().splitlines()[-1]
     assert last.startswith("largest population on one 80 GiB GPU: ") and "GiB per member" in last and "shared" in last
+
+
+@pytest.mark.parametrize("preset,members,trained", [("16t16s-7b", 32, 4), ("32t32s-7b", 64, 8)])
+def test_the_node_presets_plan_one_rank_of_eight_and_fit_80_gib(preset, members, trained, capsys):
+    """Every rank holds every member's bf16 weights, and the masters and AdamW moments of its own share."""
+    from populora.plan import check_plan
+    from populora.plan.memory import adapters_optimizer_bytes, host_masters_bytes
+
+    cfg = load_config(ROOT / "configs" / f"{preset}.yaml")
+    result = check_plan(cfg, 80.0)
+    p = result.inputs
+    assert (p.ranks, p.adapters, p.trained_here, p.fused_members) == (8, members, trained, trained) and result.fits
+    assert adapters_optimizer_bytes(p) == p.adapter_params * (members * 2 + trained * (4 + 8))
+    assert host_masters_bytes(p) == p.adapter_params * 4 * (members - trained)
+    assert result.details["lora_slots"] == members  # a slot for every member: no swapping
+    assert not check_plan(cfg, 80.0, ranks=1).fits  # one GPU cannot hold them (`populora train` refuses it)
+    from populora.cli import main
+
+    assert main(["plan", "--config", str(ROOT / "configs" / f"{preset}.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert f"on one rank of 8, each 80 GiB GPU: {members} members, {trained} trained per rank" in out
+    assert f"({members} slots for {members} members: no swapping)" in out
+    assert "largest population on 8 GPUs of 80 GiB: " in out
+
+
+def test_the_plan_says_when_vllm_swaps_adapters():
+    from populora.plan import check_plan
+
+    cfg = load_config(ROOT / "configs" / "32t32s-7b.yaml", ["policy.vllm.max_loras=16"])
+    plan16 = check_plan(cfg, 80.0)
+    assert plan16.details["lora_slots"] == 16
+    assert "16 slots for 64 members: a generate call that names more than 16 members swaps" in plan16.engine.what
+    assert "published files" in plan16.engine.what  # the host cache (32) holds fewer than 64
+    full = check_plan(load_config(ROOT / "configs" / "32t32s-7b.yaml"), 80.0)
+    assert full.items["engine"] == plan16.items["engine"]  # the share is the share: slots give way to KV cache
+    assert plan16.details["kv_cache_tokens"] > full.details["kv_cache_tokens"]

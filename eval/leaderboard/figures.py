@@ -62,7 +62,8 @@ def chart_png(cols, table) -> bytes:
                   and t["values"].get(col) is not None]
             if not ys:
                 continue
-            jitter = [x + 0.08 * (k - (len(ys) - 1) / 2) for k in range(len(ys))]
+            step = min(0.08, 0.7 / max(1, len(ys) - 1))  # 64 members stay inside their run's column
+            jitter = [x + step * (k - (len(ys) - 1) / 2) for k in range(len(ys))]
             handles["member"] = ax.scatter(jitter, ys, s=14, color="#555", zorder=3, label="member")
             handles["population mean"] = ax.scatter([x], [statistics.fmean(ys)], marker="D", s=40, color="#1f5fbf", zorder=4,
                                          label="population mean")

@@ -18,6 +18,8 @@ BENCHMARKS: dict[str, str] = {
     "step": "populora.bench.step",
     "eval": "populora.bench.eval",
     "distributed": "populora.bench.distributed",
+    "scale": "populora.bench.scale",
+    "swap": "populora.bench.swap",
 }
 
 

@@ -1,10 +1,11 @@
 """`populora plan`: the per-GPU memory budget of a run, from its config alone (no weights, no GPU).
 
-    populora plan --config configs/4t4s-7b.yaml [key=value ...] [--gpu-gib 80] [--json]
+    populora plan --config configs/4t4s-7b.yaml [key=value ...] [--gpu-gib 80] [--nproc W] [--json]
 
-After the table, the largest population whose plan fits one such GPU, with the per-member and the
-shared cost (``populora/plan/population.py``). Exit status 0 when the run fits with the wanted
-headroom, 3 when it does not, 2 on a bad config.
+The plan is one rank's of a run of ``--nproc`` ranks (default the preset's ``run.ranks``): every rank
+holds every member's weights and trains its share of them. After the table, the largest population
+whose plan fits such ranks, with the per-member and the shared cost (``populora/plan/population.py``).
+Exit status 0 when the run fits with the wanted headroom, 3 when it does not, 2 on a bad config.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fraction of the GPU that must stay free (default 0.10)")
     p.add_argument("--prompt-tokens", type=int, default=None,
                    help="prompt tokens per sequence (default policy.max_prompt_tokens, the longest a run accepts)")
+    p.add_argument("--nproc", type=int, default=None, metavar="W",
+                   help="ranks (GPUs) of the run, one rank planned (default: the config's run.ranks)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.set_defaults(func=cmd_plan)
@@ -42,9 +45,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not 0 <= headroom < 1:
         print(f"populora plan: --min-headroom must be in [0, 1), got {headroom}", file=sys.stderr)
         return 2
+    if args.nproc is not None and args.nproc < 1:
+        print(f"populora plan: --nproc must be >= 1, got {args.nproc}", file=sys.stderr)
+        return 2
     try:
         cfg = load_config(args.config, args.overrides)
-        result = check_plan(cfg, args.gpu_gib, min_headroom=headroom, prompt_tokens=args.prompt_tokens)
+        result = check_plan(cfg, args.gpu_gib, min_headroom=headroom, prompt_tokens=args.prompt_tokens,
+                            ranks=args.nproc)
     except (ConfigError, UnknownModelShape) as e:
         print(f"populora plan: {e}", file=sys.stderr)
         return 2
@@ -53,7 +60,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out = result.to_json()
         out["fix_overrides"] = [fix_overrides(f) for f in result.fixes]
         out["population"] = {"largest": fit.largest, "per_member_gib": round(fit.per_member_gib, 3),
-                             "shared_gib": round(fit.shared_gib, 3)}
+                             "shared_gib": round(fit.shared_gib, 3), "ranks": fit.ranks}
         print(json.dumps(out, indent=2))
     else:
         print(format_plan(result, title=cfg.name))

@@ -105,7 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise MissingExtra("vllm", "vllm", "populora train: policy.engine=vllm")
     # the plan first (it needs only the model's shape): a run that cannot fit is refused before its
     # weights are looked for
-    if not args.no_memory_check and (refusal := memory_refusal(cfg)) is not None:
+    if not args.no_memory_check and (refusal := memory_refusal(cfg, args.nproc or env.world)) is not None:
         print(refusal, file=sys.stderr)
         return EXIT_DOES_NOT_FIT
     if cfg is not None and env.rank == 0 and (problem := model_problem_line(cfg.policy.model)) is not None:
@@ -176,8 +176,9 @@ def nproc_warnings(nproc: int, cfg) -> list[str]:
     return out
 
 
-def memory_refusal(cfg) -> str | None:
-    """Why a GPU run would not fit its GPU (the plan's table and fixes), or ``None``.
+def memory_refusal(cfg, ranks: int = 1) -> str | None:
+    """Why a GPU run of ``ranks`` ranks would not fit its GPUs (one rank's plan: its table and fixes), or
+    ``None``.
 
     Checked before any weights load or any rank starts, from the config and the model's shape alone
     (``populora plan``); runs on CPU are not checked. A model whose shape the plan cannot find is
@@ -189,13 +190,16 @@ def memory_refusal(cfg) -> str | None:
     if gib is None:
         return None
     try:
-        plan = check_plan(cfg, gib)
+        plan = check_plan(cfg, gib, ranks=ranks)
     except UnknownModelShape as e:
         print(f"populora train: memory plan skipped: {e}", file=sys.stderr)
         return None
     if plan.fits:
         return None
-    return (f"populora train: the run does not fit one {gib:.0f} GiB GPU (exit {EXIT_DOES_NOT_FIT}); "
+    where = f"one {gib:.0f} GiB GPU" if ranks == 1 else f"{ranks} ranks of one {gib:.0f} GiB GPU each"
+    more = (f" (its preset is made for {cfg.run.ranks} ranks: --nproc {cfg.run.ranks}, or that many srun tasks)"
+            if cfg.run.ranks > ranks else "")
+    return (f"populora train: the run does not fit {where}{more} (exit {EXIT_DOES_NOT_FIT}); "
             f"nothing was loaded.\n{format_plan(plan, title=cfg.name)}\n(--no-memory-check starts it anyway)")
 
 
@@ -321,15 +325,17 @@ def print_summary(rd: Path) -> None:
                 t.add_row(tt, _fmt(last.get(f"teacher/{tt}/valid_rate")), _fmt(last.get(f"teacher/{tt}/reward_mean")),
                           _fmt(last.get(f"student/{tt}/solve_rate")), _fmt(last.get(f"student/{tt}/format_rate")))
         con.print(t)
-        members = sorted({k.split("/")[1] for k in last if k.startswith("member/")})
+        members = member_order({k.split("/")[1] for k in last if k.startswith("member/")})
         r = Table(title=f"members: values of the last step ({last.get('step')})")
         for col in ("member", "mu", "sigma", "valid rate", "solve rate", "sequences", "optimizer steps"):
-            r.add_column(col)
+            r.add_column(col, no_wrap=True)
         for mid in members:
             r.add_row(mid, _fmt(last.get(f"member/{mid}/mu")), _fmt(last.get(f"member/{mid}/sigma")),
                       _fmt(last.get(f"member/{mid}/valid_rate")), _fmt(last.get(f"member/{mid}/solve_rate")),
                       _fmt(last.get(f"adapter/{mid}/sequences")), _fmt(last.get(f"adapter/{mid}/optimizer_steps")))
         con.print(r)
+        for line in role_lines(last, members):
+            con.print(line, markup=False, highlight=False)
         times = {k[5:-2]: v for k, v in last.items() if k.startswith("time/") and isinstance(v, (int, float))}
         con.print("time of the last step (s): " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
     replaced = [e for e in events if e.get("event") == "replacement"]
@@ -345,6 +351,33 @@ def print_summary(rd: Path) -> None:
     ckpts = list_checkpoints(run.checkpoints)
     con.print(f"files: metrics {run.metrics_file}; checkpoints {[p.name for _, p in ckpts]}; "
               f"final adapters {run.adapters}; examples {run.examples_file}")
+
+
+def member_order(ids) -> list[str]:
+    """Member ids as a population reads: teachers, then students, then the baseline agent, each by slot and
+    then by birth step (``t2`` before ``t10``; ``t3-40``, the child born in slot 3 at step 40, after ``t3``)."""
+    import re
+
+    def key(mid: str):
+        m = re.fullmatch(r"([a-z])(\d+)(?:-(\d+))?", mid)
+        if m is None:
+            return (3, 0, 0, mid)
+        return ({"t": 0, "s": 1}.get(m.group(1), 2), int(m.group(2)), int(m.group(3) or 0), mid)
+
+    return sorted(ids, key=key)
+
+
+def role_lines(row: dict, members: list[str]) -> list[str]:
+    """Per role, one line: members, mean mu and the highest and lowest (what 64 table rows hide)."""
+    out = []
+    for prefix, role in (("t", "teachers"), ("s", "students")):
+        mus = {m: row[f"member/{m}/mu"] for m in members if m.startswith(prefix)
+               and isinstance(row.get(f"member/{m}/mu"), (int, float))}
+        if len(mus) > 1:
+            hi, lo = max(mus, key=mus.get), min(mus, key=mus.get)
+            out.append(f"{role}: {len(mus)}, mean mu {sum(mus.values()) / len(mus):.2f}, highest {hi} "
+                       f"{mus[hi]:.2f}, lowest {lo} {mus[lo]:.2f}")
+    return out
 
 
 def _count(v) -> int | float:

@@ -48,6 +48,26 @@ def _finish(ax, title: str, empty: str) -> None:
         _note(ax, empty)
 
 
+def drop_overlapping(fig: Figure, texts: Sequence) -> int:
+    """Remove every text of ``texts`` (annotations placed in data coordinates) that would overlap a text kept
+    before it, or a tick label, once drawn: with 64 members, labels at the ends of 64 rating lines or on
+    the bars of 64 lineage rows cannot all be read. Returns how many were removed (a member whose label
+    went is still drawn, and named by its row or in the tables)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    kept = [t.get_window_extent(renderer) for ax in fig.axes for t in (*ax.get_xticklabels(), *ax.get_yticklabels())
+            if t.get_visible() and t.get_text()]
+    removed = 0
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        if any(box.overlaps(other) for other in kept):
+            text.remove()
+            removed += 1
+        else:
+            kept.append(box)
+    return removed
+
+
 def _panels(n: int, ncols: int | None = None, w: float = 4.2, h: float = 3.0):
     ncols = ncols or n
     nrows = (n + ncols - 1) // ncols
@@ -137,8 +157,10 @@ def coverage(runs: Sequence, cov: dict, cells: int) -> Figure:
 
 
 def ratings(runs: Sequence) -> Figure:
-    """One panel per run: TrueSkill mu of every member (band: +-sigma), coloured by role."""
+    """One panel per run: TrueSkill mu of every member (band: +-sigma), coloured by role; each line's end
+    named where the name does not cover another (``drop_overlapping``)."""
     fig, axes = _panels(len(runs))
+    labels: dict = {}
     for ax, run in zip(axes, runs):
         mus = ar.per_member(run.metrics, "mu")
         ax.set_title(f"{run.name}: TrueSkill mu", fontsize=10)
@@ -147,6 +169,7 @@ def ratings(runs: Sequence) -> Figure:
             _note(ax, "no ratings (single-agent baseline)" if run.baseline else "no ratings logged")
             continue
         sig = ar.per_member(run.metrics, "sigma")
+        names = []
         for mid, (s, v) in mus.items():
             color = ROLE_COLORS.get(run.role_of(mid), "0.5")
             ax.plot(s, v, color=color, lw=1, marker=".", ms=4)
@@ -154,12 +177,14 @@ def ratings(runs: Sequence) -> Figure:
             if ss == s:
                 ax.fill_between(s, [m - d for m, d in zip(v, sv)], [m + d for m, d in zip(v, sv)], color=color,
                                 alpha=0.08)
-            ax.annotate(mid, (s[-1], v[-1]), fontsize=6, color=color)
+            names.append(ax.annotate(mid, (s[-1], v[-1]), fontsize=6, color=color))
+        labels[ax] = names
         stats = ar.rating_stats(run.metrics, ar.ids_by_role(run.roles, run.metrics))
         for role, (s, m, _) in stats.items():
             ax.plot(s, m, color=ROLE_COLORS.get(role, "0.3"), lw=2.5, ls="--", label=f"{role} mean")
         ax.legend(fontsize=7)
     fig.tight_layout()
+    drop_overlapping(fig, [t for names in labels.values() for t in names])
     return fig
 
 
@@ -193,9 +218,16 @@ def entropy_length(runs: Sequence) -> Figure:
     return fig
 
 
+ROW_INCHES = 0.16  # ours: one slot's row of the lineage tree (7-point tick labels need ~0.1 in)
+
+
 def lineage_tree(runs: Sequence) -> Figure:
-    """One panel per run: each member a bar over its life in its slot; edges parent -> child."""
-    fig, axes = _panels(len(runs), w=5.5, h=3.6)
+    """One panel per run: each member a bar over its life in its slot; edges parent -> child. Panels grow
+    with the slots (``ROW_INCHES`` a row), so 64 members' rows keep their labels apart; a member's name
+    is written where it covers no other (``drop_overlapping``)."""
+    rows = max([_lineage_rows(lives(run.lineage)) for run in runs] or [0])
+    fig, axes = _panels(len(runs), w=5.5, h=max(3.6, ROW_INCHES * rows + 1.2))
+    names = []
     for ax, run in zip(axes, runs):
         life = lives(run.lineage)
         ax.set_title(f"{run.name}: lineage", fontsize=10)
@@ -219,7 +251,7 @@ def lineage_tree(runs: Sequence) -> Figure:
             ax.plot([m.born, x1], [y[mid], y[mid]], color=color, lw=4, alpha=0.3 + 0.7 * (m.generation % 2 == 0),
                     solid_capstyle="butt")
             ax.plot([m.born], [y[mid]], marker="|", ms=12, color=color)  # birth (children: the replacement)
-            ax.annotate(mid, (m.born, y[mid] + 0.15), fontsize=6)
+            names.append(ax.annotate(mid, (m.born, y[mid] + 0.15), fontsize=6))
         for parent, child, op in edges(run.lineage):
             if parent in y and child in y:
                 ax.annotate("", xy=(life[child].born, y[child]), xytext=(life[child].born - 0.4, y[parent]),
@@ -231,10 +263,18 @@ def lineage_tree(runs: Sequence) -> Figure:
         ax.set_yticks([t for t, _ in ticks])
         ax.set_yticklabels([lbl for _, lbl in ticks], fontsize=7)
         ax.set_xlim(-0.5, end + 0.5)
+        ax.set_ylim(-0.8, offset - 0.2)
         if ops:
             ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="operator", title_fontsize=6)
     fig.tight_layout()
+    drop_overlapping(fig, names)
     return fig
+
+
+def _lineage_rows(life: dict) -> int:
+    """Rows of a run's lineage panel: the slots of each role and a gap between the roles."""
+    roles = {m.role for m in life.values()}
+    return sum(2 + max(m.slot for m in life.values() if m.role == r) for r in roles)
 
 
 def retention(results: Sequence[tuple[str, dict]]) -> Figure:

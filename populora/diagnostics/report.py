@@ -193,7 +193,7 @@ def build_report(run_dirs: list[str | os.PathLike], out: str | os.PathLike, *, c
         paths[name] = folder / f"{name}.png"
         b64 = _png(fig, paths[name])
         sections.append(f'<h2 id="{name}">{name.replace("_", " ")}</h2><p class="cap">{html.escape(CAPTIONS[name])}'
-                        f'</p><img alt="{name}" src="data:image/png;base64,{b64}"/>')
+                        f'</p><img id="{name}" alt="{name}" src="data:image/png;base64,{b64}"/>')
 
     data = {
         "coverage": {"cells": cov.cells, "seed": seed, "bounds": DESCRIPTOR_BOUNDS,

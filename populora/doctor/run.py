@@ -117,7 +117,7 @@ def dry_run_text(opts: Options) -> str:
     """What ``populora doctor`` would run for ``opts``, from the configs alone (no GPU, no weights)."""
     from populora.doctor.allreduce import default_sizes
     from populora.doctor.generation import NEW_TOKENS, PROMPTS_PER_ADAPTER
-    from populora.doctor.training import members, sequence_lengths
+    from populora.doctor.training import members, sequence_lengths, trained_here
     from populora.plan import check_plan
     from populora.plan.shapes import model_shape
 
@@ -133,7 +133,7 @@ def dry_run_text(opts: Options) -> str:
         plan = check_plan(cfg, gib, min_headroom=opts.min_headroom)
         shape = model_shape(cfg.policy.model)
         prompt, completion = sequence_lengths(cfg)
-        roster = members(cfg)
+        roster = trained_here(cfg, members(cfg))
         lines += [
             "", f"preset {cfg.name} ({path})",
             f"  model: {cfg.policy.model}, random weights, shape from {shape.source}: hidden {shape.hidden}, "

@@ -57,6 +57,15 @@ def members(cfg) -> list[tuple[str, str]]:
     return [(f"t{i}", "teacher") for i in range(pop.teachers)] + [(f"s{i}", "student") for i in range(pop.students)]
 
 
+def trained_here(cfg, roster: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The members rank 0 of a run of ``run.ranks`` ranks trains (``populora.distributed.placement``): the
+    doctor holds every member's adapter, as each rank does, and trains these (all of them on one rank)."""
+    from populora.distributed.placement import hosted, place
+
+    mine = set(hosted(place([name for name, _ in roster], cfg.run.ranks), 0))
+    return [m for m in roster if m[0] in mine]
+
+
 def sequence_lengths(cfg) -> tuple[int, int]:
     """``(prompt, completion)`` tokens of every training sequence: the longest the preset allows."""
     sp = cfg.selfplay
@@ -241,7 +250,8 @@ def run_training(trainer: Trainer) -> TrainingResult:
     the result's ``error`` with what was measured before it; the trainer stays for generation."""
     import torch
 
-    cfg, backend, roster = trainer.cfg, trainer.backend, trainer.roster
+    cfg, backend = trainer.cfg, trainer.backend
+    roster = trained_here(cfg, trainer.roster)  # every member's adapter is resident; these train here
     on_cuda = trainer.device == "cuda"
     prompt_tokens, completion_tokens = sequence_lengths(cfg)
     rows = cfg.policy.train_micro_batch
@@ -275,7 +285,7 @@ def run_training(trainer: Trainer) -> TrainingResult:
                                   "torch.cuda.memory_allocated after adding every adapter and one (warm-up) update "
                                   "each, minus before adding them"))
         else:
-            memory.append(Measure("adapters_optimizer", float(sum(adapter_state_bytes(backend, n) for n, _ in roster)),
+            memory.append(Measure("adapters_optimizer", float(sum(adapter_state_bytes(backend, n) for n, _ in trainer.roster)),
                                   "counted: LoRA factors, float32 masters (if any) and AdamW state of every adapter"))
         full = batches(True)
         t0 = time.perf_counter()

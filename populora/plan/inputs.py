@@ -27,19 +27,28 @@ def train_budget(cfg) -> TokenBudget:
     return TokenBudget.of(cfg.policy.train_micro_batch, cfg.policy.max_prompt_tokens, longest_completion(cfg))
 
 
-def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
-    """The plan's inputs from run config ``cfg``.
+def trained_per_rank(members: int, ranks: int) -> int:
+    """The most members one of ``ranks`` ranks trains (``populora.distributed.placement``: slot k on rank
+    k mod W; with fewer members than ranks, each member trains on a group of ranks)."""
+    return max(1, -(-members // max(1, ranks)))
+
+
+def plan_inputs(cfg, *, prompt_tokens: int | None = None, ranks: int | None = None) -> PlanInputs:
+    """The plan's inputs from run config ``cfg``: one rank of a run of ``ranks`` ranks (default
+    ``run.ranks``, the ranks the run is made for).
 
     Every sequence is planned at the longest prompt the run accepts, ``policy.max_prompt_tokens``
     (a longer one is refused, never truncated), and the longest completion, so the training figure
     bounds every micro-batch; ``prompt_tokens`` plans a typical prompt length instead.
 
-    One rank's view with every member's AdamW state on it (``--nproc 1``); with several ranks each
-    holds every adapter's weights but only the optimizer states of the members it trains, so the
-    single-rank plan is the upper bound.
+    Every rank holds every member's adapter weights (it generates for all of them and computes every
+    evolved child) but only the optimizer states of the members it trains, and a fused pass holds only
+    those members' gradients (``docs/distributed.md``).
     """
     p, pop = cfg.policy, cfg.population
     members = 1 if pop.baseline else pop.teachers + pop.students
+    ranks = int(ranks or cfg.run.ranks)
+    trained = trained_per_rank(members, ranks) if ranks > 1 else 0  # 0: every member (one rank)
     device = str(p.device)
     if device == "auto":  # a GPU engine is planned on its GPU; else where the trainer would go
         import torch
@@ -52,16 +61,19 @@ def plan_inputs(cfg, *, prompt_tokens: int | None = None) -> PlanInputs:
         device=device,
         dtype=dtype,
         adapters=members,
+        trained=trained,
+        ranks=ranks,
         prompt_tokens=int(prompt_tokens or p.max_prompt_tokens),
         new_tokens=longest_completion(cfg),
-        fused_members=members if cfg.rl.update_strategy == "fused" else 1,
+        fused_members=(trained or members) if cfg.rl.update_strategy == "fused" else 1,
     )
 
 
 def check_plan(cfg, gpu_gib: float = 80.0, *, min_headroom: float = DEFAULT_MIN_HEADROOM,
-               prompt_tokens: int | None = None) -> Plan:
-    """The memory plan of run config ``cfg`` on one ``gpu_gib`` GiB device; reads no weights."""
-    return plan(plan_inputs(cfg, prompt_tokens=prompt_tokens), gpu_gib, min_headroom)
+               prompt_tokens: int | None = None, ranks: int | None = None) -> Plan:
+    """The memory plan of one rank of run config ``cfg`` (``ranks`` ranks, default ``run.ranks``) on one
+    ``gpu_gib`` GiB device; reads no weights."""
+    return plan(plan_inputs(cfg, prompt_tokens=prompt_tokens, ranks=ranks), gpu_gib, min_headroom)
 
 
 def fix_overrides(fix: dict) -> str:

@@ -68,7 +68,11 @@ class PlanInputs:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     device: str = "cuda"
     dtype: str = "bfloat16"  # base weights and activations
-    adapters: int = 8  # resident adapters (population members)
+    adapters: int = 8  # resident adapters (population members): every rank holds every member's weights
+    # members whose AdamW state this rank holds (the ones it trains, populora.distributed.placement);
+    # 0 = all of them (one rank)
+    trained: int = 0
+    ranks: int = 1  # ranks (GPUs) of the run; the plan is one rank's
     # a typical teacher prompt (compact templates, K=6 seed references: 992-994 tokens measured with
     # the SmolLM2 tokenizer); plan_inputs plans run configs at policy.max_prompt_tokens instead
     prompt_tokens: int = 1024
@@ -94,6 +98,11 @@ class PlanInputs:
                 raise ValueError(f"{key}: the plan turns policy.* keys only")
             policy = _with_field(policy, rest.split("."), value, key)
         return dataclasses.replace(self, policy=policy)
+
+    @property
+    def trained_here(self) -> int:
+        """Members whose optimizer state and training this rank holds."""
+        return self.trained or self.adapters
 
     @property
     def engine_class(self) -> type[GenerationEngine]:
@@ -172,7 +181,8 @@ class Plan:
             "details": {k: round(v, 3) for k, v in self.details.items()},
             "problems": list(self.problems), "fixes": list(self.fixes),
             "inputs": {"device": p.device, "dtype": p.dtype, "adapter_dtype": p.adapter_dtype, "adapters": p.adapters,
-                       "prompt_tokens": p.prompt_tokens, "new_tokens": p.new_tokens, "policy": p.policy.to_dict()},
+                       "ranks": p.ranks, "trained_per_rank": p.trained_here, "prompt_tokens": p.prompt_tokens,
+                       "new_tokens": p.new_tokens, "policy": p.policy.to_dict()},
             "model": dataclasses.asdict(self.inputs.shape),
         }
 
@@ -189,10 +199,17 @@ def adapter_params(shape: ModelShape, rank: int, targets) -> int:
 
 
 def adapters_optimizer_bytes(p: PlanInputs) -> float:
-    """Every resident adapter: float32 weights (the masters) + AdamW's two float32 moments, and the
-    live copy in the compute dtype when that is not float32."""
-    per_param = 4 + 8 + (p.ad if p.ad != 4 else 0)
-    return p.adapters * p.adapter_params * per_param
+    """Every resident adapter's live weights in the compute dtype; for the members this rank trains, their
+    float32 master weights (when the compute dtype is not float32) and AdamW's two float32 moments. The
+    masters of the members other ranks train stay in host memory (``HFBackend.keep_masters_on_host``):
+    they are read for publishing, evolution and checkpoints, never stepped here."""
+    masters = 4 if p.ad != 4 else 0
+    return p.adapter_params * (p.adapters * p.ad + p.trained_here * (masters + 8))
+
+
+def host_masters_bytes(p: PlanInputs) -> float:
+    """Host memory of the float32 masters of the members other ranks train (none with float32 LoRA)."""
+    return p.adapter_params * 4 * (p.adapters - p.trained_here) if p.ad != 4 else 0.0
 
 
 def trainer_bytes(p: PlanInputs) -> float:

@@ -24,10 +24,7 @@ def describe(plan: Plan) -> dict[str, str]:
         "trainer": (f"gradients of the {p.fused_members} members of a fused pass, stacked adapters, AdamW "
                     "temporaries of one" if p.fused_members > 1 else
                     "gradients and AdamW temporaries of the member being updated"),
-        "adapters_optimizer": (
-            f"{p.adapters} adapters x {p.adapter_params / 1e6:.1f} M params: float32 weights + AdamW moments"
-            + (f" + {p.adapter_dtype} compute copies" if p.adapter_dtype != "float32" else "")
-        ),
+        "adapters_optimizer": _adapters_line(p),
         "activations": (
             f"a pass of <= {rows} x {tokens} = {rows * tokens} padded tokens (packed) x {s.layers} layers ({d['layer_kib_per_token']:.1f} KiB/token/layer); "
             f"checkpointing {_on(policy.gradient_checkpointing)} (on: {ckpt:.1f}, off: {plain:.1f})"
@@ -40,12 +37,29 @@ def describe(plan: Plan) -> dict[str, str]:
     }
 
 
+def _adapters_line(p) -> str:
+    from populora.plan.memory import GIB, host_masters_bytes
+
+    n = f"{p.adapters} adapters x {p.adapter_params / 1e6:.1f} M params"
+    if p.adapter_dtype == "float32":
+        head = f"{n}: float32 weights + AdamW moments"
+    else:
+        head = f"{n}: {p.adapter_dtype} weights + float32 masters and AdamW moments"
+    if p.trained_here == p.adapters:
+        return head
+    host = host_masters_bytes(p) / GIB
+    return (head + f" of the {p.trained_here} trained on this rank"
+            + (f" (the others' masters: {host:.1f} GiB of host memory)" if host else ""))
+
+
 def format_plan(plan: Plan, title: str = "") -> str:
     """The plan as text: items, phases, headroom, verdict, problems and fixes."""
     p = plan.inputs
     device = "GPU" if p.device.startswith("cuda") else "CPU (figures are process RAM)"
+    where = (f"one rank of {p.ranks}, each {plan.gpu_gib:g} GiB {device}: {p.adapters} members, "
+             f"{p.trained_here} trained per rank" if p.ranks > 1 else f"one {plan.gpu_gib:g} GiB {device}")
     lines = [
-        f"memory plan{': ' + title if title else ''} on one {plan.gpu_gib:g} GiB {device}",
+        f"memory plan{': ' + title if title else ''} on {where}",
         f"model: {p.shape.source}; engine {p.policy.engine}, {p.dtype}, LoRA compute {p.adapter_dtype}, "
         f"{p.adapters} adapters of rank {p.policy.lora.rank}, prompts {p.prompt_tokens} + completions {p.new_tokens} tokens",
         "",

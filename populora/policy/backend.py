@@ -116,6 +116,15 @@ class Policy(PolicyBackend):
         self._dirty.discard(name)
         self.engine.retire(name)
 
+    def replace_adapter(self, old: str, new: str, weights: AdapterWeights) -> None:
+        self.trainer.replace_adapter(old, new, weights)
+        self._dirty.discard(old)
+        self._dirty.add(new)
+        self.engine.retire(old)
+
+    def keep_masters_on_host(self, names) -> None:
+        self.trainer.keep_masters_on_host(names)
+
     def get_weights(self, name: str) -> AdapterWeights:
         return self.trainer.get_weights(name)
 
@@ -157,8 +166,9 @@ class Policy(PolicyBackend):
         if served is None:
             return {}
         out: dict[str, float] = {}
+        mine = self._trainer_scores(names, prompts, completions)
         for i, name in enumerate(names):
-            tl = self.trainer.completion_logprobs(name, prompts, completions, with_grad=False)
+            tl = mine[i]
             out[name] = diff = mean_difference(tl.logprobs, tl.mask, served[i * k:(i + 1) * k])
             if not diff <= tolerance:
                 when = f"at step {step}" if step is not None else "after a publish"
@@ -167,6 +177,26 @@ class Policy(PolicyBackend):
                     f"log-probabilities of {k} x {c.publish_check_tokens} check tokens differ from the "
                     f"trainer's by {diff:.3g} nats per token on average (tolerance {tolerance:g})")
         return out
+
+    def _trainer_scores(self, names: list[str], prompts, completions) -> list[TokenLogprobs]:
+        """The trainer's log-probabilities of the check sequences under each adapter. With a fused pass, the
+        rows of all adapters go through shared passes of ``policy.train_micro_batch`` rows (one adapter at
+        a time would switch the trainer's active adapter per member, which costs the trainer a walk over
+        every adapter's layers: quadratic in the population); else one ``completion_logprobs`` each."""
+        k = len(prompts)
+        if not hasattr(self.trainer, "fused_logprobs"):
+            return [self.trainer.completion_logprobs(n, prompts, completions, with_grad=False) for n in names]
+        rows = [(n, j) for n in names for j in range(k)]
+        step = max(self.config.train_micro_batch, k)
+        parts = []
+        with torch.no_grad():
+            for s in range(0, len(rows), step):
+                chunk = rows[s:s + step]
+                tl = self.trainer.fused_logprobs([n for n, _ in chunk], [prompts[j] for _, j in chunk],
+                                                 [completions[j] for _, j in chunk])
+                parts += [TokenLogprobs(tl.logprobs[i:i + 1], tl.mask[i:i + 1], None) for i in range(len(chunk))]
+        return [TokenLogprobs(torch.cat([p.logprobs for p in parts[i * k:(i + 1) * k]]),
+                              torch.cat([p.mask for p in parts[i * k:(i + 1) * k]]), None) for i in range(len(names))]
 
     # -- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:

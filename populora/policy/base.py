@@ -207,6 +207,17 @@ class PolicyBackend(ABC):
         """Token ids of a fully formatted prompt, as ``generate`` tokenizes it (no special tokens added)."""
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def replace_adapter(self, old: str, new: str, weights: AdapterWeights) -> None:
+        """``new`` takes ``old``'s place with ``weights`` and a fresh optimizer state; ``old`` is forgotten
+        (an evolved child replacing a member). A backend whose adapters can change places more cheaply
+        than a removal and an addition overrides it."""
+        self.remove_adapter(old)
+        self.add_adapter(new, weights)
+
+    def keep_masters_on_host(self, names) -> None:  # noqa: B027 - optional hook
+        """Where the weights of adapters this rank does not train may live (a backend with float32 master
+        weights keeps those of ``names`` in host memory); default: nothing to move."""
+
     def rename_adapter(self, old: str, new: str) -> None:
         """Move an adapter (weights and optimizer state) to a new name."""
         weights = self.get_weights(old)

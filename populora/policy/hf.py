@@ -77,6 +77,14 @@ class HFBackend(PolicyBackend):
         self._masters: dict[str, list[torch.Tensor]] = {}
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
         self._multi: MultiLoRA | None = None  # the fused forward on the LoRA layers, once a fused pass ran
+        # each adapter's peft adapter (its slot in every LoRA layer): its own name, unless it took the slot
+        # of the adapter it replaced (``replace_adapter``: no peft injection, whose cost grows with the
+        # adapters already there)
+        self._slots: dict[str, str] = {}
+        self._active: str | None = None  # the slot peft's plain forwards use (set by ``_activate``)
+        self._trainable = False  # every adapter's LoRA parameters are trainable leaves (peft freezes on changes)
+        self._shapes: dict[str, tuple[int, int]] | None = None
+        self._host: set[str] = set()  # adapters whose float32 masters stay in host memory (keep_masters_on_host)
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         if tokenizer.eos_token_id is not None:
@@ -86,7 +94,13 @@ class HFBackend(PolicyBackend):
 
     # -- adapters ---------------------------------------------------------------------------
     def module_shapes(self) -> dict[str, tuple[int, int]]:
-        """LoRA target modules of the base: ``{path: (in_features, out_features)}``."""
+        """LoRA target modules of the base: ``{path: (in_features, out_features)}`` (read once: a walk over
+        the model's modules, which grow with every adapter peft injects)."""
+        if self._shapes is None:
+            self._shapes = self._read_module_shapes()
+        return dict(self._shapes)
+
+    def _read_module_shapes(self) -> dict[str, tuple[int, int]]:
         targets = set(self.config.lora.target_modules)
         shapes = {}
         for name, mod in self.base.named_modules():
@@ -136,23 +150,30 @@ class HFBackend(PolicyBackend):
             lora_dropout=0.0,
             bias="none",
         )
+        slot = name
+        taken = set(self._slots.values())
+        while slot in taken:  # a name whose slot another adapter took over (replace_adapter)
+            slot += "_"
         if self._peft is None:
-            self._peft = get_peft_model(self.base, lcfg, adapter_name=name, autocast_adapter_dtype=True)
+            self._peft = get_peft_model(self.base, lcfg, adapter_name=slot, autocast_adapter_dtype=True)
             self._peft.eval()
         else:
-            self._peft.add_adapter(name, lcfg)
-            self._sync_active()
+            self._inject(slot, lcfg)
+        self._slots[name] = slot
+        self._sync_active()
         params = []
         for path in sorted(weights.tensors):
             layer = self._peft.base_model.model.get_submodule(path)
-            a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
+            a, b = layer.lora_A[slot].weight, layer.lora_B[slot].weight
             a.data = a.data.to(self.adapter_dtype)
             b.data = b.data.to(self.adapter_dtype)
             params.append((path, a, b))
         self._params[name] = params
         if self.adapter_dtype != torch.float32:
-            self._masters[name] = [p.detach().float() for _, a, b in params for p in (a, b)]
+            where = "cpu" if name in self._host else self.device
+            self._masters[name] = [p.detach().to(where, torch.float32) for _, a, b in params for p in (a, b)]
         self._adapters[name] = AdapterWeights(weights.rank, weights.alpha, weights.target_modules, {})
+        self._trainable = False  # peft froze the new adapter (it is not the active one)
         try:
             self.set_weights(name, weights)
         except Exception:
@@ -160,15 +181,75 @@ class HFBackend(PolicyBackend):
             raise
         self.reset_optimizer(name)
 
+    def _inject(self, slot: str, lcfg) -> None:
+        """A further adapter on the LoRA layers that exist already: peft's own step for one layer
+        (``LoraModel._create_and_replace``, which calls the layer's ``update_layer``) on each target, without
+        ``PeftModel.add_adapter``'s walks over every module of the model, whose count grows with every adapter
+        (measured on the tiny model: ~0.02 s more per adapter already there, so 64 founders cost 64^2 walks at
+        every start and resume). The same layers, initialisation and scaling as ``add_adapter`` (compared in
+        tests/test_population_scale.py); a target that is not a LoRA layer yet takes peft's whole path."""
+        from peft.tuners.lora import LoraLayer
+
+        tuner = self._peft.base_model
+        model = tuner.model
+        targets = [(path, model.get_submodule(path)) for path in lcfg.target_modules]
+        if not all(isinstance(layer, LoraLayer) for _, layer in targets):
+            self._peft.add_adapter(slot, lcfg)
+            return
+        self._peft.peft_config[slot] = lcfg
+        for path, layer in targets:
+            parent, _, leaf = path.rpartition(".")
+            tuner._create_and_replace(lcfg, slot, layer, leaf, model.get_submodule(parent), current_key=path)
+
     def remove_adapter(self, name: str) -> None:
         self._require(name)
         with warnings.catch_warnings():  # peft warns when the active adapter goes; nothing depends on it
             warnings.simplefilter("ignore", UserWarning)
-            self._peft.delete_adapter(name)
-        del self._adapters[name], self._params[name]
+            self._peft.delete_adapter(self._slots[name])
+        del self._adapters[name], self._params[name], self._slots[name]
         self._masters.pop(name, None)
         self._optimizers.pop(name, None)
+        self._active, self._trainable = None, False  # peft re-points and re-freezes on a deletion
         self._sync_active()
+
+    def replace_adapter(self, old: str, new: str, weights: AdapterWeights) -> None:
+        """``new`` takes ``old``'s place (an evolved child replacing a member, a restored checkpoint's member):
+        ``old`` is forgotten, ``new`` has ``weights`` and a fresh optimizer state. ``new`` reuses ``old``'s
+        peft slot when the LoRA shape is the same, so its cost does not grow with the number of adapters
+        (peft's ``add_adapter`` and ``delete_adapter`` walk every module of the model, each adapter's
+        included); otherwise it is ``remove_adapter`` + ``add_adapter``."""
+        self._require(old)
+        if new in self._adapters and new != old:
+            raise ValueError(f"adapter {new!r} already exists")
+        spec = self._adapters[old]
+        same = (weights.rank, weights.alpha, sorted(weights.tensors)) == (spec.rank, spec.alpha, [p for p, _, _ in self._params[old]])
+        if not same:
+            self.remove_adapter(old)
+            self.add_adapter(new, weights)
+            return
+        for table in (self._adapters, self._params, self._slots, self._masters):
+            if old in table:
+                table[new] = table.pop(old)
+        if old in self._host:  # the masters stay where they are: the child takes the slot and its ranks
+            self._host.discard(old)
+            self._host.add(new)
+        self._optimizers.pop(old, None)
+        self.discard_gradients(new)
+        self.set_weights(new, weights)
+        self.reset_optimizer(new)
+
+    def keep_masters_on_host(self, names) -> None:
+        """The float32 masters of ``names`` (members that other ranks train) live in host memory, every
+        other adapter's on the trainer's device. They are read (publishing, evolution, checkpoints) and
+        written (the trainer's broadcast), never stepped here, so a rank's GPU holds the compute-dtype
+        copies of every member and the masters of its own only (``populora plan`` counts them so). Nothing
+        moves with float32 LoRA (no masters). The tensors keep their identity (optimizers hold them)."""
+        self._host = set(names)
+        for name, masters in self._masters.items():
+            where = torch.device("cpu") if name in self._host else self.device
+            for m in masters:
+                if m.device != where:
+                    m.data = m.data.to(where)
 
     def _sync_active(self) -> None:
         """Keep peft's active adapter pointing at a live one.
@@ -179,7 +260,7 @@ class HFBackend(PolicyBackend):
         """
         live = list(self._peft.peft_config) if self._peft is not None else []
         if live and self._peft.active_adapter not in live:
-            self._activate(live[0])
+            self._activate(next(n for n, slot in self._slots.items() if slot in live))
 
     def get_weights(self, name: str) -> AdapterWeights:
         self._require(name)
@@ -275,7 +356,7 @@ class HFBackend(PolicyBackend):
             if not p:
                 raise ValueError(f"request {i}: empty prompt")
         rows = [
-            Row(i, s, prompts[i], req.adapter if req.adapter is not None else BASE, seed_index=req.index)
+            Row(i, s, prompts[i], self._slots[req.adapter] if req.adapter is not None else BASE, seed_index=req.index)
             for i, req in enumerate(requests)
             for s in range(sampling.n)
         ]
@@ -302,15 +383,26 @@ class HFBackend(PolicyBackend):
 
     # -- training ---------------------------------------------------------------------------
     def _activate(self, name: str) -> None:
-        """Make ``name`` the adapter of plain forwards; all LoRA weights stay trainable leaves."""
+        """Make ``name`` the adapter of plain forwards; all LoRA weights stay trainable leaves. peft's switch
+        walks every adapter of every layer, so it runs only when the adapter changes."""
         if self._multi is not None:
             self._multi.clear()  # plain peft forwards from here on
-        self._peft.base_model.set_adapter(name)
-        self._peft.active_adapter = name  # PeftModel keeps its own copy of the name
-        for params in self._params.values():  # undo peft's freezing of inactive adapters
+        slot = self._slots[name]
+        if self._active != slot:
+            self._peft.base_model.set_adapter(slot)
+            self._peft.active_adapter = slot  # PeftModel keeps its own copy of the name
+            self._active, self._trainable = slot, False
+        self._make_trainable()
+
+    def _make_trainable(self) -> None:
+        """Undo peft's freezing of inactive adapters (after an injection, a deletion or a switch)."""
+        if self._trainable:
+            return
+        for params in self._params.values():
             for _, a, b in params:
                 a.requires_grad_(True)
                 b.requires_grad_(True)
+        self._trainable = True
 
     @contextmanager
     def _checkpointing(self):
@@ -436,11 +528,11 @@ class HFBackend(PolicyBackend):
             self._require(a)
             first.setdefault(a, len(first))
         order = sorted(range(len(adapters)), key=lambda i: first[adapters[i]])  # stable: grouped by adapter
-        self._activate(adapters[order[0]])  # every adapter's parameters trainable leaves
+        self._make_trainable()  # every adapter's parameters trainable leaves (the active one does not matter)
         if self._multi is None:
             self._multi = MultiLoRA()
             self._multi.install(self._peft.base_model.model)
-        self._multi.set(SlotLayout.of([adapters[i] for i in order]))
+        self._multi.set(SlotLayout.of([self._slots[adapters[i]] for i in order]))
         with self._checkpointing():
             logp, valid, ent = self._logprobs_pass([prompt_ids[i] for i in order], [completion_ids[i] for i in order],
                                                    with_entropy)

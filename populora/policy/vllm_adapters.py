@@ -23,12 +23,13 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 SHM_MIN_FREE_GIB = 4.0  # ours: 8 members of a 7B at rank 32 in bf16 take 1.3 GB per version
 
 
-def default_adapter_root() -> str | None:
-    """``/dev/shm`` when it exists and has ``SHM_MIN_FREE_GIB`` free (a container's default 64 MiB does
-    not), else ``None`` (``$TMPDIR``): published versions are written and read back at once, and a
-    memory-backed directory keeps them off a possibly networked or slow disk."""
+def default_adapter_root(need_bytes: int = 0) -> str | None:
+    """``/dev/shm`` when it exists and has ``SHM_MIN_FREE_GIB`` free and at least ``need_bytes`` (a
+    container's default 64 MiB does not), else ``None`` (``$TMPDIR``): published versions are written and
+    read back at once, and a memory-backed directory keeps them off a possibly networked or slow disk."""
     try:
-        if os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= SHM_MIN_FREE_GIB * 2**30:
+        need = max(SHM_MIN_FREE_GIB * 2**30, need_bytes)
+        if os.access("/dev/shm", os.W_OK) and shutil.disk_usage("/dev/shm").free >= need:
             return "/dev/shm"
     except OSError:
         pass

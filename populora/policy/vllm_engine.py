@@ -104,7 +104,8 @@ class VLLMConfig:
     max_cpu_loras: int = 0  # LoRA cache in host memory; 0 = 2 x max_loras
     sleep_between_phases: bool = False  # offload the engine (sleep level 1) while the trainer runs
     # where adapter versions are written; "" = a fresh directory in /dev/shm (memory-backed) when it has
-    # 4 GiB free, else under $TMPDIR (vllm_adapters.default_adapter_root); removed when the engine closes
+    # 4 GiB free and room for two versions of every member, else under $TMPDIR (VLLMEngine.registry);
+    # removed when the engine closes
     adapter_dir: str = ""
     enforce_eager: bool = False  # no CUDA graphs (slower decoding, less memory, faster start)
     # one seed per request: reproducible rollouts for a given batch, but vLLM's slower per-request
@@ -184,19 +185,38 @@ class VLLMEngine(GenerationEngine):
         if self.platform not in ("cuda", "cpu"):
             raise VLLMEngineError(f"policy.engine=vllm: the installed vLLM reports platform {self.platform!r}; "
                                   "this engine supports cuda and cpu (vLLM's CPU build)")
-        v = config.vllm
-        root = Path(v.adapter_dir) if v.adapter_dir else Path(tempfile.mkdtemp(prefix="populora-lora-",
-                                                                                 dir=default_adapter_root()))
-        self._own_root = None if v.adapter_dir else root  # deleted at close (in /dev/shm it is RAM)
-        if self._own_root is not None:
-            atexit.register(shutil.rmtree, root, True)  # also when the process exits without close()
-        self.registry = LoraRegistry(root, base_model_name=config.model)
+        self._registry: LoraRegistry | None = None  # made at the first publish, when the population is known
+        self._own_root: Path | None = None
         self.max_model_len = model_len(config, max_new_tokens or DEFAULT_NEW_TOKENS)
         self.base_via_zero_adapter = self.platform == "cpu"  # the CPU base-row bug (module docstring)
         self._llm = None  # created at the first generate, when the population size is known
         self._start_failure: EngineFailure | None = None  # raised again: a second start would fail too
         self.watch = EngineWatch(self.label)  # its processes; calls into it that notice a dead one
         self._asleep = False
+
+    @property
+    def registry(self) -> LoraRegistry:
+        """The published versions, in ``policy.vllm.adapter_dir`` or a fresh directory of our own, made at the
+        first use: in ``/dev/shm`` when it holds two versions of every member the trainer has then (a
+        publish writes the new ones before it deletes the old: 64 members of a 7B at rank 32 in bf16 are
+        10.3 GB a version), else under ``$TMPDIR``."""
+        if self._registry is None:
+            v = self.config.vllm
+            if v.adapter_dir:
+                root = Path(v.adapter_dir)
+            else:
+                need = 2 * (len(self.trainer.adapter_names()) + 1) * self._adapter_bytes()
+                root = Path(tempfile.mkdtemp(prefix="populora-lora-", dir=default_adapter_root(need)))
+                self._own_root = root  # deleted at close (in /dev/shm it is RAM)
+                atexit.register(shutil.rmtree, root, True)  # also when the process exits without close()
+            self._registry = LoraRegistry(root, base_model_name=self.config.model)
+        return self._registry
+
+    def _adapter_bytes(self) -> int:
+        """Bytes of one published version: every LoRA module's A and B in the engine's dtype."""
+        rank = self.config.lora.rank
+        size = torch.empty((), dtype=engine_dtype(self.config, self.platform)).element_size()
+        return sum(rank * (d_in + d_out) for d_in, d_out in self.trainer.module_shapes().values()) * size
 
     @property
     def label(self) -> str:

@@ -33,11 +33,31 @@ def max_model_len(inputs) -> int:
     return model_len(inputs.policy, inputs.new_tokens)
 
 
+def lora_slots(inputs) -> int:
+    """LoRA slots of the engine: ``policy.vllm.max_loras``, or one per member (``VLLMEngine.llm``; on CPU one
+    more for the all-zero base adapter, not counted here: the plan is a GPU's)."""
+    return inputs.policy.vllm.max_loras or inputs.adapters
+
+
+def swapping(inputs) -> str:
+    """When the engine swaps adapters: every rank's engine serves every member (requests are dealt round
+    robin), so with fewer slots than members a generate call loads adapters into slots as requests of
+    other members are scheduled (from vLLM's host cache of ``max_cpu_loras``, else from the published
+    files), and evicts others."""
+    slots, members = lora_slots(inputs), inputs.adapters
+    if slots >= members:
+        return f"{slots} slots for {members} members: no swapping"
+    cache = max(inputs.policy.vllm.max_cpu_loras or 2 * slots, slots)
+    source = "its host cache" if cache >= members else f"its host cache of {cache} and the published files"
+    return (f"{slots} slots for {members} members: a generate call that names more than {slots} members swaps "
+            f"adapters in and out of the slots, loading them from {source}")
+
+
 def vllm_parts(inputs, gpu_gib: float) -> dict[str, float]:
     """vLLM's share split into weights, LoRA slots, non-KV overhead and KV cache (bytes)."""
     p, v, s = inputs, inputs.policy.vllm, inputs.shape
     share = v.gpu_memory_utilization * gpu_gib * GIB
-    slots = (v.max_loras or p.adapters) * p.adapter_params * p.d
+    slots = lora_slots(p) * p.adapter_params * p.d
     overhead = VLLM_BATCHED_TOKENS * (2 * s.intermediate + 4 * s.hidden) * p.d + VLLM_MAX_SEQS * s.vocab * 4 * 2
     overhead += 0 if v.enforce_eager else VLLM_CUDA_GRAPHS_GIB * GIB
     weights = p.base_weight_bytes
@@ -54,6 +74,7 @@ def vllm_memory(inputs, gpu_gib: float) -> EngineMemory:
     details = {f"engine_{k}_gib": value / GIB for k, value in parts.items()}
     details["kv_cache_tokens"] = kv_tokens
     details["kv_cache_sequences"] = kv_tokens / tokens
+    details["lora_slots"] = lora_slots(p)
     problems = []
     if kv_tokens < max_model_len(p):
         problems.append(f"vLLM's KV cache holds {kv_tokens:.0f} tokens < max_model_len {max_model_len(p)}: "
@@ -61,7 +82,8 @@ def vllm_memory(inputs, gpu_gib: float) -> EngineMemory:
     d = details
     what = (
         f"vLLM share {v.gpu_memory_utilization:g}: weights {d['engine_weights_gib']:.1f}, LoRA slots "
-        f"{d['engine_lora_slots_gib']:.1f}, other {d['engine_overhead_gib']:.1f}, KV cache {d['engine_kv_cache_gib']:.1f} "
+        f"{d['engine_lora_slots_gib']:.1f} ({swapping(p)}), other {d['engine_overhead_gib']:.1f}, "
+        f"KV cache {d['engine_kv_cache_gib']:.1f} "
         f"({d['kv_cache_tokens'] / 1000:.0f}k tokens = {d['kv_cache_sequences']:.0f} sequences of {tokens})"
         + (", asleep while training" if v.sleep_between_phases else "")
     )

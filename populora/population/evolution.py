@@ -158,7 +158,8 @@ def replace_weakest(
     n_replace = min(max(1, math.floor(cfg.fraction * len(pool))), len(pool) - 1)
     zone = ranked[len(ranked) - n_replace:]  # the bottom of the ranking
     victims = [m for m in reversed(zone) if m.age(step) >= cfg.min_age]  # weakest first
-    survivors = [m for m in ranked if m not in victims]
+    culled = {m.id for m in victims}
+    survivors = [m for m in ranked if m.id not in culled]
     top = survivors[: max(1, math.ceil(cfg.top_fraction * len(pool)))]
 
     births = []

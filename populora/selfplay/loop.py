@@ -285,16 +285,14 @@ class SelfPlay:
         births = evolution.pbt_step(list(self.members.values()), step, self.cfg.selfplay.steps, self.cfg.evolution,
                                     self.cfg.ratings, step_rng(self.cfg.seed, step, RNG_EVOLVE),
                                     get_weights=self.backend.get_weights)
-        for birth in births:
-            old = birth.replaced
-            self.backend.remove_adapter(old.adapter)
-            self.backend.add_adapter(birth.child.adapter, birth.weights)  # fresh optimizer state
-            self.members = {(birth.child.id if mid == old.id else mid): (birth.child if mid == old.id else mem)
-                            for mid, mem in self.members.items()}
-            self.ranks.replace_member(old.id, birth.child.id, list(self.members))
-            if self.comm.is_main:
-                self.run.append_lineage([birth.record])
-            self.events.append(birth.record)
+        for birth in births:  # the child takes its predecessor's adapter slot, with a fresh optimizer state
+            self.backend.replace_adapter(birth.replaced.adapter, birth.child.adapter, birth.weights)
+        new = {b.replaced.id: b.child for b in births}
+        self.members = {new[mid].id if mid in new else mid: new.get(mid, mem) for mid, mem in self.members.items()}
+        self.ranks.replace_members({old: child.id for old, child in new.items()}, list(self.members))
+        if self.comm.is_main:
+            self.run.append_lineage([b.record for b in births])
+        self.events += [b.record for b in births]
         return len(births)
 
     def record_births(self) -> None:

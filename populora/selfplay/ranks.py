@@ -54,14 +54,22 @@ class Ranks:
 
     # -- placement ----------------------------------------------------------------------------------
     def place(self, slots: list[str]) -> None:
-        """Place the members (in slot order) on this run's ranks."""
+        """Place the members (in slot order) on this run's ranks; the weights of the members other ranks
+        train keep their float32 masters in host memory (``settle_masters``)."""
         self.placement = place.place(slots, self.comm.world)
         self.comm.prepare_groups(self.placement)
+        self.settle_masters()
 
-    def replace_member(self, old: str, new: str, order: Sequence[str]) -> None:
-        """``new`` takes ``old``'s slot and ranks; ``order`` is the members' slot order afterwards."""
-        ranks = self.placement.pop(old)
-        self.placement = {mid: ranks if mid == new else self.placement[mid] for mid in order}
+    def settle_masters(self) -> None:
+        """The backend keeps the masters of the members this rank does not train in host memory (member ids
+        are their adapters' names)."""
+        self.backend.keep_masters_on_host([mid for mid in self.placement if not self.trains(mid)])
+
+    def replace_members(self, children: Mapping[str, str], order: Sequence[str]) -> None:
+        """Each child (``children[old] = new``) takes its predecessor's slot and ranks; ``order`` is the
+        members' slot order afterwards."""
+        ranks = {new: self.placement.pop(old) for old, new in children.items()}
+        self.placement = {mid: ranks[mid] if mid in ranks else self.placement[mid] for mid in order}
 
     def trains(self, member_id: str) -> bool:
         """Whether this rank trains the member (holds its optimizer state)."""

@@ -35,7 +35,7 @@ from populora.selfplay.run_log import route_library_output
 from populora.selfplay.wandb_log import open_wandb, require_wandb
 
 # Overrides allowed when resuming: they change how long / where, never what is trained.
-RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard",
+RESUMABLE_KEYS = ("selfplay.steps", "run.checkpoint_every", "run.keep_checkpoints", "run.tensorboard", "run.ranks",
                   "run.collective_timeout_s", "run.wandb")
 
 

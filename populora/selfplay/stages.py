@@ -306,13 +306,15 @@ def step_rates(members: Mapping, records: Sequence[ProposalRecord], groups: Sequ
     for k, c in reasons.items():
         m[f"teacher/reject/{k}"] = c
     member_rewards: dict[str, list[float]] = defaultdict(list)
+    member_valid: dict[str, list[bool]] = defaultdict(list)
     for r in records:
+        member_valid[r.member_id].append(r.valid)
         if r.reward is not None:
             member_rewards[r.member_id].append(r.reward)
     for g in groups:
         member_rewards[g.student_id] += [a.reward for a in g.scored]
     for mid in members:
-        own = [r.valid for r in records if r.member_id == mid]
+        own = member_valid.get(mid)
         if own:
             m[f"member/{mid}/valid_rate"] = mean(float(x) for x in own)
         if member_rewards.get(mid):
