@@ -117,7 +117,7 @@ def test_estimates_grow_with_the_work_and_use_measured_rates():
     assert training_flops(10, 1, 1, 1, 1, False) < training_flops(10, 1, 1, 1, 1, True)
     rates = Rates("cuda")
     before = training_s(1e15, 0, 8, rates)
-    rates.measure("train_flops", 4e14)
+    rates.measure("train_flops", 1.2e15)
     assert training_s(1e15, 0, 8, rates) < before and "train_flops" in rates.measured
     assert generation_s(128, 15e9, Rates("cuda")) > generation_s(32, 15e9, Rates("cuda"))
 
