@@ -269,7 +269,6 @@ class Doctor:
         return out
 
     def preset_stages(self, path: str) -> list:
-        from populora.doctor.stages import Stage
 
         s = self.presets[path]
         key = Path(path).stem
