@@ -2,7 +2,8 @@
 
 Per base model and engine, 8 adapters (random B, so they really differ) and the same 16 prompts in
 every arm (2 per adapter in the mixed batch), greedy decoding, arms alternating within a repeat so
-all see the same machine load:
+all see the same machine load (in reverse order every other repeat; the best of ``--repeats``, 3 by
+default, is reported):
 
 - ``mixed``: one ``generate`` call, each request for its own adapter (2 per adapter);
 - ``one_adapter``: the same prompts, all for ONE adapter, one call (the multi-LoRA goal, S-LoRA /
@@ -144,8 +145,9 @@ def bench_model(model: str, engine: str, args: argparse.Namespace) -> dict:
         be.generate([*mixed, GenerationRequest(prompts[0], None)], SamplingParams(temperature=0, max_new_tokens=2))
         warmup = time.perf_counter() - t0
         arms = {arm: {"seconds": math.inf} for arm in arm_names}
-        for _ in range(args.repeats):  # arms alternate, so all see the same machine load
-            for arm in arm_names:
+        for repeat in range(args.repeats):  # arms alternate, so all see the same machine load; every
+            # other repeat runs them in reverse, so that no arm always comes first (or after the longest)
+            for arm in arm_names if repeat % 2 == 0 else arm_names[::-1]:
                 fresh()
                 t0 = time.perf_counter()
                 results = call(arm)
