@@ -6,30 +6,23 @@ benchmarks (HumanEval+, MBPP+, LiveCodeBench) and seven math benchmarks (AIME 24
 Minerva, GSM8K, OlympiadBench), reported as leaderboards: per run, across seeds with intervals, as
 paired differences from the baseline, and as pass@k curves.
 
-Modules:
+Three parts, in the order the data flows (each a room of docs/architecture.md: a part imports only
+the parts above it):
 
-- ``benchmarks``     the benchmark registry (``BenchmarkSpec`` per benchmark) and loaders, checksums
-- ``families``       the ``BenchmarkFamily`` interface (prompt, stops, extraction, scorer) and its registry
-- ``settings``       ``EvalSettings``, the one settings record of an evaluation
-- ``decoding``       ``Decoding``: greedy or N seeded samples per item (temperature, top-p, seed)
-- ``engine``         ``make_engine``: the generation engine with every adapter (rank from the adapters)
-- ``prompts``        templates (base / chat / r1), stop strings, template-level extraction
-- ``evalplus``       the EvalPlus family: program preparation, EvalPlus scoring (subprocess)
-- ``livecodebench``  the LiveCodeBench family: loader (safe private-test decoding), LCB extraction, scorer
-- ``lcb_harness``    LCB's test procedure, run inside the sandbox (one process per candidate and problem)
-- ``math_answers``   the math family: answer equivalence with ``math-verify``
-- ``runs``           the run layout reader (which adapters a run has, its training state)
-- ``generate``       multi-adapter generation in one engine, resumable JSONL store, shards, merge
-- ``pipeline``       generation -> merge -> scoring -> per-run score files with provenance
-- ``samples``        scoring samples made elsewhere (``populora score``) through the same path
-- ``lm_eval_model``  an lm-eval ``LM`` answering through the multi-adapter engine; ``tasks/`` YAMLs
-- ``stats``          pure statistics: pass@k (unbiased estimator), t intervals across seeds, paired bootstrap
-- ``columns``        the leaderboard's columns and group averages
-- ``seeds``          configuration and seed of each run, across-seed tables
-- ``paired``         population configurations vs the baseline on the same items
-- ``passk``          pass@k curves per benchmark family
-- ``labels``         what every table states: decoding, seeds, benchmark versions and items, LCB window
-- ``claims``         the across-seed, paired and pass@k sections in Markdown, HTML, CSV and JSON
-- ``figures``        the small-multiples chart, pass@k figures (matplotlib) and the forest plot (SVG)
-- ``leaderboard``    Markdown / CSV / HTML leaderboards: the claims, the per-run table, the provenance
+- ``benchmarks/``  what is evaluated: the registry (``BenchmarkSpec`` per benchmark, loaders,
+  checksums, the shipped test sets in ``data/``) and the benchmark families, one module each
+  (``evalplus``, ``livecodebench`` with ``lcb_harness``, ``math_answers``), behind the interface of
+  ``families`` (prompt, stop strings, extraction, scorer); ``prompts``: templates and stop strings;
+- ``runner/``      running an evaluation: ``settings`` and ``decoding``, ``engine`` (one engine for
+  every adapter), ``runs`` (which adapters a run has), ``generate`` (resumable, sharded generation),
+  ``pipeline`` (generation -> merge -> scoring -> score files with provenance), ``samples`` (scoring
+  outputs made elsewhere: ``populora score``), ``score_table``, ``lm_eval_model`` (with ``tasks/``);
+- ``leaderboard/`` reading score files back: ``seeds`` (configuration and seed of each run),
+  ``columns``, ``paired`` (each population configuration against the baseline), ``passk``
+  (curves), ``labels`` (what every table states), ``claims`` and ``figures`` (the statistical
+  sections), ``page`` (the Markdown / CSV / HTML files), ``calibration`` (the paired comparison's
+  false-positive rate and power, by simulation).
+
+``stats`` holds the statistics the runner and the leaderboard share: pass@k, the Wilson and t
+intervals, and the paired comparison of two configurations (``paired_test``).
 """

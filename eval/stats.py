@@ -1,4 +1,6 @@
-"""The statistics of the leaderboard: pure functions, no I/O, no model.
+"""The evaluation's statistics: pure functions, no I/O, no model. Running an evaluation uses pass@k
+and the Wilson interval for every score row; the leaderboard uses the intervals across seeds and the
+paired comparison of two configurations.
 
 - **pass@k** (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", eq. 1): from
   ``n`` samples of an item of which ``c`` are correct, the unbiased estimator of the probability
@@ -6,21 +8,71 @@
   ``1 - C(n - c, k) / C(n, k)``, computed in the paper's numerically stable product form
   ``1 - prod_{i = n - c + 1}^{n} (1 - k / i)`` (no huge binomials); a benchmark's pass@k is the
   mean over its items. ``avg@n`` is the mean over items of ``c / n`` (= pass@1).
+- **Wilson interval** of a proportion (Wilson 1927). Written out (five lines) because a sampled
+  evaluation passes a fractional count (the sum of its items' solve rates), which scipy's
+  ``binomtest`` refuses.
 - **Intervals across seeds**: the Student-t interval of a mean, ``mean +- t_{1 - a/2, s - 1} * sd / sqrt(s)``
   over ``s`` seeds (``sd`` with ``s - 1`` in the denominator), clipped to the quantity's range where
-  one is given (a rate lies in [0, 1]); one seed has no interval (``None``).
-  The t quantile is computed here (Abramowitz & Stegun 26.7.3-4, exact for integer degrees of
-  freedom, inverted by bisection) because scipy is not a dependency of the project for one function.
-- **Paired bootstrap** of a difference between two arms (a population configuration and the
-  baseline) measured on the same items (Efron & Tibshirani 1993, ch. 13 and 16): the statistic is
-  the mean over groups (benchmarks) of ``mean(A) - mean(B)``, each arm's mean taken over its seeds
-  and the group's items. A replicate draws, in every group, the items with replacement ONCE and uses
-  that draw for both arms and every seed (the items are shared, so their sampling error is common to
-  all runs: this is the pairing), and, in each arm with at least two seeds, draws the seeds with
-  replacement (the same draw for every group, since a seed is one trained run). The 95% interval is
-  the percentile interval of the replicates; the two-sided p-value of "no difference" is
-  ``(1 + #{|theta* - theta| >= |theta|}) / (B + 1)``, the replicates centred on the estimate standing
-  in for the null distribution (Efron & Tibshirani 16.4; the ``+ 1`` keeps it above 0).
+  one is given (a rate lies in [0, 1]); one seed has no interval (``None``). The t distribution is
+  scipy's (the ``eval`` extra).
+- **The paired comparison** of two configurations on the same items (:func:`paired_test`), below.
+
+The paired comparison
+---------------------
+Arm A (a population configuration) has ``S_A`` runs (training seeds), arm B (the baseline) ``S_B``,
+every run scored on the same ``n`` items: ``y[s, i]`` is run ``s``'s score on item ``i`` (its solve
+rate ``c / N``; 0 or 1 when greedy). The statistic is ``D = mean(A) - mean(B)``, each arm's mean over
+its runs and the items. The p-value and interval are meant to speak of the *methods*: another seed
+trains another run, and the benchmark's items are a sample of problems like them (Miller 2024,
+"Adding error bars to evals"). The model is a linear mixed model with crossed random effects for
+items and runs, paired by item (Clark 1973; Baayen, Davidson & Bates 2008)::
+
+    y[X, s, i] = mu_X + item_i + (arm x item)[X, i] + run[X, s] + e[X, s, i]
+
+(``e``: the sampling noise of the item's N samples and every run-by-item effect), under which
+
+    Var(D) = h * tau2 + sigma_g2 / n,    h = 1/S_A + 1/S_B
+
+with ``tau2`` the variance of one run's mean score (run-to-run spread ``sigma_run2`` plus the item
+noise that reaches a run's mean, ``sigma_e2 / n``) and ``sigma_g2`` the variance over items of
+``(arm x item)[A, i] - (arm x item)[B, i]``, how differently the methods fare item by item. The
+estimates are the method-of-moments (ANOVA) estimates of this balanced design (Searle, Casella &
+McCulloch 1992, ch. 4), in closed form:
+
+- ``tau2``: the variance of the run means about their arm's mean, pooled over the arms (``k = S_A +
+  S_B - 2`` degrees of freedom). It holds the item noise already, once: a run's mean is a two-stage
+  sample, whose variance the first-stage units' means estimate alone (Cochran 1977, 10.2). Drawing
+  seeds and then items again, as the two-level bootstrap this replaces did, counts the item noise
+  twice (Davison & Hinkley 1997, 3.8: resample the top stage only);
+- ``sigma_g2``: the per-item differences ``d_i`` of the arms' run-averaged scores vary over items by
+  ``sigma_g2 + h * sigma_e2``; ``sigma_e2`` is the residual mean square of each arm's run x item
+  table (``k (n - 1)`` degrees of freedom). Their difference estimates ``sigma_g2``; it is counted
+  only beyond one standard error of itself at ``sigma_g2 = 0`` (``sqrt(2/(n-1) + 2/(k (n-1)))`` in
+  units of ``h * sigma_e2``), and never below zero. The plain positive part (no margin) adds its
+  noise to every variance and makes the test conservative at two seeds and few items (the
+  calibration table); with the margin the rate stays in 0.03-0.07 with and without an arm-by-item
+  effect;
+- the reference is Student's t with Satterthwaite's (1946) degrees of freedom for the sum of the
+  two parts (about ``k`` when runs differ, more when the items dominate). A variance estimate of
+  exactly zero (every run of each arm tied, as a few greedy items allow) gives the t test's limit:
+  p = 0 for a nonzero difference, 1 for none.
+
+With one seed per arm ``tau2`` cannot be estimated: the test is then the paired test of Miller 2024
+(per-item differences, their standard error over items, t with ``n - 1`` degrees of freedom) and
+speaks of **these two runs** on these items only, not of the methods (``PairedTest.about_runs``;
+the leaderboard says so). With one seed in one arm, the other arm's runs estimate ``tau2``, assumed
+equal in both arms. Several groups (the benchmarks of the code average): ``D`` is the mean of their
+differences, ``tau2`` comes from the runs' means over the groups (a run is one seed for all of
+them), and ``sigma_g2 / n`` is summed over the groups (divided by the squared number of groups).
+
+Why not the other candidates (each measured by ``python -m eval.leaderboard.calibration``, the
+table in docs/evaluation.md): the two-level bootstrap (seeds, then items) counts the item noise
+twice, and a bootstrap of 2-3 seeds has 3-10 distinct resamples, too few to see their spread;
+resampling runs within each task (Agarwal et al. 2021) has the second problem; the items-only paired
+test (Miller 2024) is the right test of two runs but ignores the runs' spread (0.4 false positives
+with a run-to-run logit sd of 0.3); a t test on the run means alone treats the items as fixed and
+rejects too often when the methods differ item by item; REML's variance components (lme4) truncate a
+negative run variance at zero, which over-estimates ``Var(D)`` when runs do not differ.
 """
 
 from __future__ import annotations
@@ -31,8 +83,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Interval", "PairedTest", "avg_at_n", "bootstrap_replicates", "estimate_pass_at_k", "mean_interval",
-           "pass_at_k", "pass_at_k_curve", "paired_bootstrap", "t_cdf_two_sided", "t_quantile"]
+__all__ = ["Interval", "PairedTest", "PairedMoments", "avg_at_n", "estimate_pass_at_k", "mean_interval",
+           "paired_moments", "paired_test", "pass_at_k", "pass_at_k_curve", "wilson_interval"]
+
+
+def _t():
+    """scipy's Student t distribution (the ``eval`` extra)."""
+    from populora.extras import require
+
+    return require("scipy.stats", "eval", "the leaderboard's statistics").t
 
 
 # -- pass@k ---------------------------------------------------------------------------------------
@@ -81,46 +140,19 @@ def avg_at_n(num_correct: Sequence[int], n: int) -> float:
     return sum(correct) / (n * len(correct))
 
 
+def wilson_interval(k: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion ``k / n`` (``(0, 1)`` when ``n == 0``); ``k`` may be
+    fractional (a sampled evaluation's summed solve rates: the interval of the mean solve rate, conservative)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 # -- intervals across seeds -------------------------------------------------------------------------
-def t_cdf_two_sided(t: float, df: int) -> float:
-    """``P(-t < T < t)`` for Student's t with integer ``df`` (Abramowitz & Stegun 26.7.3 / 26.7.4)."""
-    if df < 1 or int(df) != df:
-        raise ValueError(f"degrees of freedom must be a whole number >= 1, got {df!r}")
-    t = abs(float(t))
-    theta = math.atan(t / math.sqrt(df))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 1:
-        total, term = 0.0, math.cos(theta)
-        for j in range(1, (df - 1) // 2 + 1):  # cos, 2/3 cos^3, 2*4/(3*5) cos^5, ...
-            total += term
-            term *= c2 * (2 * j) / (2 * j + 1)
-        return (2 / math.pi) * (theta + s * total) if df > 1 else 2 * theta / math.pi
-    total, term = 0.0, 1.0
-    for j in range(1, df // 2 + 1):  # 1, 1/2 cos^2, 1*3/(2*4) cos^4, ...
-        total += term
-        term *= c2 * (2 * j - 1) / (2 * j)
-    return s * total
-
-
-def t_quantile(prob: float, df: int) -> float:
-    """The ``prob`` quantile of Student's t with ``df`` degrees of freedom (``prob`` in (0.5, 1))."""
-    if not 0.5 < prob < 1:
-        raise ValueError(f"t_quantile takes a probability in (0.5, 1), got {prob!r}")
-    target = 2 * prob - 1  # two-sided mass
-    lo, hi = 0.0, 1.0
-    while t_cdf_two_sided(hi, df) < target:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_cdf_two_sided(mid, df) < target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return (lo + hi) / 2
-
-
 @dataclass(frozen=True)
 class Interval:
     """A mean over ``n`` seeds and its interval (``low``/``high`` None with fewer than 2 seeds)."""
@@ -154,15 +186,112 @@ def mean_interval(values: Sequence[float], level: float = 0.95, bounds: tuple[fl
     if n < 2:
         return Interval(mean, None, None, n, None, level)
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = t_quantile(1 - (1 - level) / 2, n - 1) * sd / math.sqrt(n)
+    half = float(_t().ppf(1 - (1 - level) / 2, n - 1)) * sd / math.sqrt(n)
     low, high = mean - half, mean + half
     if bounds is not None:
         low, high = max(bounds[0], low), min(bounds[1], high)
     return Interval(mean, low, high, n, sd, level)
 
 
-# -- the paired bootstrap ---------------------------------------------------------------------------
+# -- the paired comparison --------------------------------------------------------------------------
 Arm = Sequence[Sequence[float]] | np.ndarray  # [seeds, items] (a 1-D sequence is one seed)
+
+
+@dataclass(frozen=True)
+class PairedMoments:
+    """The paired comparison's pieces, one value per leading index of the input arrays: the
+    difference ``D``, its estimated variance, Satterthwaite's degrees of freedom, and the two parts of
+    the variance (runs: ``h * s2``, NaN with one seed per arm; arm-by-item: ``sigma_g2 / n``)."""
+
+    difference: np.ndarray
+    variance: np.ndarray
+    df: np.ndarray
+    run_part: np.ndarray
+    item_part: np.ndarray
+
+    def p_values(self) -> np.ndarray:
+        """Two-sided p-values of ``D = 0``; a zero variance gives 1 for ``D = 0`` and 0 otherwise."""
+        d, v = np.asarray(self.difference, float), np.asarray(self.variance, float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.abs(d) / np.sqrt(v)
+            p = 2 * _t().sf(t, self.df)
+        return np.where(v > 0, p, np.where(d == 0, 1.0, 0.0))
+
+
+def _residual_ss(x: np.ndarray) -> np.ndarray:
+    """Residual sum of squares of a ``[..., runs, items]`` table after run and item means."""
+    r = x - x.mean(-1, keepdims=True) - x.mean(-2, keepdims=True) + x.mean((-2, -1), keepdims=True)
+    return (r * r).sum((-2, -1))
+
+
+def paired_moments(groups: Sequence[tuple[np.ndarray, np.ndarray]], margin: float = 1.0) -> PairedMoments:
+    """The estimates of the module docstring for ``groups`` of ``(a, b)`` arrays shaped ``[..., S_A,
+    n_g]`` and ``[..., S_B, n_g]`` (leading axes: independent comparisons, e.g. simulated trials).
+    ``margin``: the standard errors by which the arm-by-item variance must exceed its noise to count
+    (1; 0 is the plain positive part, compared in ``eval.leaderboard.calibration``)."""
+    s_a, s_b = groups[0][0].shape[-2], groups[0][1].shape[-2]
+    k, h, n_groups = s_a + s_b - 2, 1 / s_a + 1 / s_b, len(groups)
+    diff = sum(a.mean((-2, -1)) - b.mean((-2, -1)) for a, b in groups) / n_groups
+    shape = np.shape(diff)
+    run_part, den = np.full(shape, np.nan), np.zeros(shape)
+    if k > 0:  # tau2: the runs' means (over every group) about their arm's mean, pooled over the arms
+        ra = sum(a.mean(-1) for a, _ in groups) / n_groups
+        rb = sum(b.mean(-1) for _, b in groups) / n_groups
+        ss = ((ra - ra.mean(-1, keepdims=True)) ** 2).sum(-1) + ((rb - rb.mean(-1, keepdims=True)) ** 2).sum(-1)
+        run_part = h * ss / k
+        den = run_part**2 / k
+    item_part = np.zeros(shape)
+    for a, b in groups:
+        n = a.shape[-1]
+        if n < 2:  # one item: no spread over items to estimate
+            continue
+        d = a.mean(-2) - b.mean(-2)
+        vd = d.var(-1, ddof=1)
+        scale = n * n_groups**2
+        if k == 0:  # one seed per arm: Miller's paired test of these two runs
+            item_part = item_part + vd / scale
+            den = den + (vd / scale) ** 2 / (n - 1)
+            continue
+        noise = h * (_residual_ss(a) + _residual_ss(b)) / (k * (n - 1))  # h * sigma_e2
+        g = vd - (1 + margin * math.sqrt(2 / (n - 1) + 2 / (k * (n - 1)))) * noise
+        half_var = (vd**2 / (n - 1) + noise**2 / (k * (n - 1))) / scale**2  # Satterthwaite's (c M)^2 / df terms
+        item_part = item_part + np.maximum(g, 0) / scale
+        den = den + np.where(g > 0, half_var, 0.0)
+    variance = (0 if k == 0 else run_part) + item_part
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = np.where(den > 0, variance**2 / den, np.inf)
+    return PairedMoments(diff, variance, df, run_part, item_part)
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A paired comparison A - B: the difference, its interval, the two-sided p-value, and what they
+    rest on (module docstring). ``about_runs``: one seed per arm, so the p-value is about these two
+    runs on these items only, not about the methods."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    se: float
+    df: float
+    items: tuple[int, ...]  # per group
+    seeds_a: int
+    seeds_b: int
+    run_variance: float | None  # the runs' part of Var(D) (None: one seed per arm)
+    item_variance: float  # the arm-by-item part of Var(D)
+    level: float = 0.95
+
+    @property
+    def about_runs(self) -> bool:
+        return self.seeds_a == 1 and self.seeds_b == 1
+
+    def to_json(self) -> dict:
+        return {"difference": self.difference, "low": self.low, "high": self.high, "p_value": self.p_value,
+                "se": self.se, "df": None if math.isinf(self.df) else self.df, "items": list(self.items),
+                "seeds_a": self.seeds_a, "seeds_b": self.seeds_b, "run_variance": self.run_variance,
+                "item_variance": self.item_variance, "level": self.level,
+                "about": "these runs on these items" if self.about_runs else "the methods (runs and items vary)"}
 
 
 def _matrix(x: Arm, what: str) -> np.ndarray:
@@ -189,77 +318,22 @@ def _groups(groups: Sequence[tuple[Arm, Arm]]) -> list[tuple[np.ndarray, np.ndar
     return out
 
 
-def difference(groups: Sequence[tuple[Arm, Arm]]) -> float:
-    """The statistic: mean over groups of ``mean(A) - mean(B)`` (every arm over its seeds and items)."""
-    return float(np.mean([a.mean() - b.mean() for a, b in _groups(groups)]))
-
-
-def bootstrap_replicates(groups: Sequence[tuple[Arm, Arm]], n_boot: int = 10_000, seed: int = 0,
-                         resample_seeds: bool = True, batch: int = 1000) -> np.ndarray:
-    """``n_boot`` replicates of :func:`difference` under the paired resampling of the module docstring."""
-    gs = _groups(groups)
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    rng = np.random.default_rng(seed)
-    s_a, s_b = gs[0][0].shape[0], gs[0][1].shape[0]
-    out = np.empty(n_boot)
-    for start in range(0, n_boot, batch):
-        m = min(batch, n_boot - start)
-
-        wa, wb = (_seed_weights(rng, s, m, resample_seeds) for s in (s_a, s_b))
-        total = np.zeros(m)
-        for a, b in gs:
-            items = a.shape[1]
-            wi = rng.multinomial(items, [1.0 / items] * items, size=m) / items  # [m, items], shared by A and B
-            total += np.einsum("ms,mi,si->m", wa, wi, a) - np.einsum("ms,mi,si->m", wb, wi, b)
-        out[start:start + m] = total / len(gs)
-    return out
-
-
-def _seed_weights(rng: np.random.Generator, seeds: int, m: int, resample: bool) -> np.ndarray:
-    """``[m, seeds]`` weights of the seeds in ``m`` replicates (each row sums to 1)."""
-    if seeds < 2 or not resample:
-        return np.full((m, seeds), 1.0 / seeds)
-    return rng.multinomial(seeds, [1.0 / seeds] * seeds, size=m) / seeds
-
-
-@dataclass(frozen=True)
-class PairedTest:
-    """A paired comparison A - B: the difference, its bootstrap interval and two-sided p-value."""
-
-    difference: float
-    low: float
-    high: float
-    p_value: float
-    items: tuple[int, ...]  # per group
-    seeds_a: int
-    seeds_b: int
-    n_boot: int
-    seed: int
-    level: float = 0.95
-
-    def to_json(self) -> dict:
-        return {"difference": self.difference, "low": self.low, "high": self.high, "p_value": self.p_value,
-                "items": list(self.items), "seeds_a": self.seeds_a, "seeds_b": self.seeds_b, "n_boot": self.n_boot,
-                "bootstrap_seed": self.seed, "level": self.level}
-
-
-def paired_bootstrap(a: Arm | None = None, b: Arm | None = None, *, groups: Sequence[tuple[Arm, Arm]] | None = None,
-                     n_boot: int = 10_000, seed: int = 0, level: float = 0.95,
-                     resample_seeds: bool = True) -> PairedTest:
-    """The paired bootstrap of the module docstring, for one group (``a``, ``b``: per-item scores,
+def paired_test(a: Arm | None = None, b: Arm | None = None, *, groups: Sequence[tuple[Arm, Arm]] | None = None,
+                level: float = 0.95) -> PairedTest:
+    """The paired comparison of the module docstring, for one group (``a``, ``b``: per-item scores,
     ``[seeds, items]`` or one seed's ``[items]``) or several (``groups=[(a, b), ...]``, e.g. the
-    benchmarks of the code average). Seeded: the same inputs give the same result."""
+    benchmarks of the code average). Deterministic: no resampling."""
     if (groups is None) == (a is None or b is None):
         raise ValueError("give either a and b, or groups")
-    groups = [(a, b)] if groups is None else list(groups)
-    gs = _groups(groups)
-    theta = difference(gs)
-    reps = bootstrap_replicates(gs, n_boot, seed, resample_seeds)
-    alpha = 1 - level
-    low, high = (float(x) for x in np.quantile(reps, [alpha / 2, 1 - alpha / 2]))
-    extreme = int(np.sum(np.abs(reps - theta) >= abs(theta) - 1e-12))
-    p = min(1.0, (1 + extreme) / (n_boot + 1))
-    return PairedTest(theta, low, high, p, tuple(g[0].shape[1] for g in gs), gs[0][0].shape[0], gs[0][1].shape[0],
-                      n_boot, seed, level)
-
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    gs = _groups([(a, b)] if groups is None else list(groups))
+    if gs[0][0].shape[0] == gs[0][1].shape[0] == 1 and all(x.shape[1] < 2 for x, _ in gs):
+        raise ValueError("one seed per arm and one item per benchmark: nothing to estimate a variance from")
+    m = paired_moments(gs)
+    diff, var, df = float(m.difference), float(m.variance), float(m.df)
+    se = math.sqrt(var)
+    half = float(_t().ppf(1 - (1 - level) / 2, df)) * se if var > 0 else 0.0
+    run = float(m.run_part)
+    return PairedTest(diff, diff - half, diff + half, float(m.p_values()), se, df, tuple(x.shape[1] for x, _ in gs),
+                      gs[0][0].shape[0], gs[0][1].shape[0], None if math.isnan(run) else run, float(m.item_part), level)

@@ -4,8 +4,9 @@ submitting machine before anything is submitted.
 A job sees a host path inside the image when a bind of the profile (``SRC[:DST]``) covers it, or
 when the runtime binds it by default (Apptainer: ``$HOME``, the current directory, ``/tmp``). The
 benchmark directory of an evaluation job is its ``--data-dir``, else the profile's
-``POPULORA_BENCHMARKS_DIR``, else the image's default ``/opt/populora/benchmarks`` (``eval.benchmarks
-.IMAGE_DIR``); a model given as a path must be visible the same way. A model given as a Hub id needs
+``POPULORA_BENCHMARKS_DIR``, else a copy bound at ``/opt/populora/benchmarks`` (``eval.benchmarks
+.IMAGE_DIR``), else the test sets shipped inside the image (``eval/data``: nothing to bind); a model
+given as a path must be visible the same way. A model given as a Hub id needs
 internet on the compute node (or a filled ``HF_HOME`` with ``HF_HUB_OFFLINE=1``): a warning, not an error.
 """
 
@@ -66,8 +67,9 @@ def _flag(args: Sequence[str], name: str) -> list[str]:
     return values
 
 
-def benchmarks_inside(profile: ClusterProfile, eval_args: Sequence[str]) -> str:
-    """The benchmark directory an evaluation job of this profile reads."""
+def benchmarks_inside(profile: ClusterProfile, eval_args: Sequence[str]) -> str | None:
+    """The directory of a user's benchmark copy that an evaluation job of this profile reads; None when
+    it reads the test sets shipped inside the image (a container job with no copy given or bound)."""
     from eval.benchmarks import IMAGE_DIR, benchmarks_dir
 
     given = _flag(eval_args, "--data-dir")
@@ -75,7 +77,11 @@ def benchmarks_inside(profile: ClusterProfile, eval_args: Sequence[str]) -> str:
         return given[-1]
     if profile.env.get(BENCHMARKS_ENV):
         return profile.env[BENCHMARKS_ENV]
-    return str(IMAGE_DIR) if profile.container else str(benchmarks_dir())
+    if profile.container is None:
+        return str(benchmarks_dir())
+    image = PurePosixPath(str(IMAGE_DIR))
+    bound = any(PurePosixPath(parse_bind(b)[1]) in (image, *image.parents[:-1]) for b in profile.container.binds)
+    return str(IMAGE_DIR) if bound else None
 
 
 def is_local_path(model: str) -> bool:
@@ -107,7 +113,7 @@ def path_problems(train: ClusterProfile, evaluation: ClusterProfile, models: Seq
             if not Path(src).expanduser().exists():
                 errors.append(f"profile '{prof.name}' ({prof.source}): container.binds: {src} does not exist")
     data = benchmarks_inside(evaluation, eval_args)
-    problem = _visible(evaluation, data, "benchmark data", f"/path/to/benchmarks:{data}")
+    problem = data and _visible(evaluation, data, "benchmark data", f"/path/to/benchmarks:{data}")
     if problem:
         errors.append(problem)
     for bench_path in _flag(eval_args, "--data"):

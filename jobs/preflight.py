@@ -11,7 +11,7 @@ container is followed through the profile's binds to the host, ``jobs.container_
   weights, tokenizer; a Hub id in the profile's ``HF_HOME`` when the nodes are offline); the
   evaluation's ``--model`` must be the run's training model (evaluation refuses adapters trained
   on another base);
-* every selected benchmark's files, loaded by ``eval.pipeline.load_benchmarks`` with the
+* every selected benchmark's files, loaded by ``eval.runner.pipeline.load_benchmarks`` with the
   ``populora eval`` arguments of the sweep (parsed by ``populora eval``'s own parser);
 * the disk each run will use (``RunDisk``) against the free space of the disk of the sweep directory.
 
@@ -36,7 +36,7 @@ from jobs.profiles import ClusterProfile
 GB = 1e9
 BYTES_PER_TOKEN = 4  # ours: a generous mean of UTF-8 bytes per generated token (code, English, LaTeX)
 RECORD_OVERHEAD = 512  # ours: the JSON fields of one generation record besides prompt and completion
-EVAL_COPIES = 2  # the shards' generation records and their merge (eval/generate.py)
+EVAL_COPIES = 2  # the shards' generation records and their merge (eval/runner/generate.py)
 FREE_MARGIN = 0.9  # ours: warn when the sweep would fill more than 90% of the free space
 
 
@@ -156,9 +156,9 @@ def _host(profile: ClusterProfile, inside: str | None) -> str | None:
 def benchmark_items(plan, pf: Preflight) -> tuple[dict[str, list[int]], dict[str, int], int]:
     """Load every selected benchmark as ``populora eval`` will (host paths of the job's data); problems go
     to ``pf``. Returns the prompt lengths per benchmark, the token budgets and the samples per item."""
-    from eval.benchmarks import BenchmarkDataError, resolve_benchmarks
-    from eval.pipeline import load_benchmarks
-    from eval.settings import EvalSettings
+    from eval.benchmarks import PACKAGED_DIR, BenchmarkDataError, resolve_benchmarks
+    from eval.runner.pipeline import load_benchmarks
+    from eval.runner.settings import EvalSettings
 
     profile = plan.eval_profile
     try:
@@ -167,7 +167,9 @@ def benchmark_items(plan, pf: Preflight) -> tuple[dict[str, list[int]], dict[str
     except ValueError as e:
         pf.errors.append(str(e))
         return {}, {}, 1
-    data_dir = _host(profile, benchmarks_inside(profile, plan.spec.eval_args))
+    inside = benchmarks_inside(profile, plan.spec.eval_args)
+    # None: the image's shipped test sets, the same files as this checkout's eval/data
+    data_dir = str(PACKAGED_DIR) if inside is None else _host(profile, inside)
     if data_dir is None:  # not visible in the jobs: path_problems names the bind; nothing to load here
         return {}, {}, args.samples
     paths = {k: _host(profile, v) or v for k, v in args.data}

@@ -19,7 +19,7 @@ from types import ModuleType
 
 # extra -> the top-level modules it provides (pyproject.toml's [project.optional-dependencies])
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "eval": ("evalplus", "lm_eval", "math_verify", "matplotlib"),
+    "eval": ("evalplus", "lm_eval", "math_verify", "matplotlib", "scipy"),
     "diagnostics": ("matplotlib", "ribs"),
     "hpc": ("submitit",),
     "vllm": ("vllm",),

@@ -38,6 +38,29 @@ RENAMED: dict[str, str] = {
 }
 
 
+# Keys that moved and whose values were renamed with them: old key -> (new key, {old value: new value}).
+CONVERTED: dict[str, tuple[str, dict[Any, str]]] = {
+    # issue 37: how a program runs on several inputs became one of three layouts; the layout a true
+    # used to name (issue 32's: the first execution alone) has the semantics of `alone` everywhere now
+    "tasks.isolated_calls": ("tasks.calls", {True: "alone", False: "together"}),
+}
+
+
+def converted(key: str, value: Any, where: str) -> tuple[str, Any] | None:
+    """``(new key, new value)`` for a key of ``CONVERTED`` (warning once), else None; ValueError
+    naming the key for a value it never had."""
+    if key not in CONVERTED:
+        return None
+    target, values = CONVERTED[key]
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        value = value.strip().lower() == "true"
+    if not isinstance(value, bool) or value not in values:
+        raise ValueError(f"{where}: key {key!r} must be true or false, got {value!r}; it now reads as {target!r}")
+    warnings.warn(f"{where}: key {key!r} is deprecated; {key}={str(value).lower()} now reads as "
+                  f"{target}={values[value]}: rename it", FutureWarning, stacklevel=3)
+    return target, values[value]
+
+
 def new_key(key: str) -> str | None:
     """The current spelling of ``key`` if it moved, else None."""
     for old, new in RENAMED.items():
@@ -78,11 +101,19 @@ def migrate_mapping(data: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         return data
     flat = _flatten(data)
-    if not any(new_key(k) for k in flat):
+    if not any(new_key(k) or k in CONVERTED for k in flat):
         return data
     out: dict[str, Any] = {}
     moved: dict[str, str] = {}
     for key, value in flat.items():
+        conversion = converted(key, value, where)
+        if conversion is not None:
+            target, value = conversion
+            if target in out:
+                raise ValueError(f"{where}: keys {key!r} and {target!r} both set {target!r}; keep only {target!r}")
+            moved[target] = key
+            out[target] = value
+            continue
         target = new_key(key) or key
         if target in out:
             first = moved.get(target, target)
@@ -99,6 +130,10 @@ def migrate_overrides(overrides: list[str], where: str = "command-line overrides
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
+        conversion = converted(key.strip(), value, where) if sep else None
+        if conversion is not None:
+            out.append(f"{conversion[0]}={conversion[1]}")
+            continue
         target = new_key(key.strip())
         if target:
             _warn(where, key.strip(), target)

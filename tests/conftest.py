@@ -38,9 +38,26 @@ def chromium_binary() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def missing_download(name: str) -> str | None:
+    """Why a test marked ``download(name)`` cannot run here (None: the data is there). Only the data
+    listed in ``eval.benchmarks.DOWNLOADS`` may be missing; everything else ships with the project."""
+    from eval.benchmarks import DOWNLOADS
+
+    if name not in DOWNLOADS:
+        raise pytest.UsageError(f"download({name!r}): not a documented download (eval.benchmarks.DOWNLOADS)")
+    if name == "livecodebench":
+        from eval.benchmarks.livecodebench import DEFAULT_RELEASE, lcb_dir, release_files
+
+        if all((lcb_dir() / f).is_file() for f in release_files(DEFAULT_RELEASE)):
+            return None
+    return f"needs the download {name!r}, not shipped with the project: {DOWNLOADS[name]}"
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "browser: needs headless Chromium (Debian package chromium); skipped elsewhere "
                                        "unless POPULORA_REQUIRE_BROWSER=1")
+    config.addinivalue_line("markers", "download(name): needs data the project does not ship (eval.benchmarks.DOWNLOADS); "
+                                       "skipped, naming the download, where it is absent")
     config.addinivalue_line("markers", "vllm: needs vLLM (the CUDA build, or the CPU build from `make setup-vllm`); "
                                        "skipped elsewhere unless POPULORA_REQUIRE_VLLM=1 (then a missing vLLM fails)")
 
@@ -55,6 +72,10 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (marker: gpu)")
     skip_slurm = pytest.mark.skip(reason="needs the test cluster from slurm/testing/ (marker: slurm)")
     for item in items:
+        for mark in item.iter_markers("download"):
+            reason = missing_download(*mark.args)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
         if "gpu" in item.keywords and not cuda:
             item.add_marker(skip_gpu)
         if "slurm" in item.keywords and not slurm:
@@ -63,6 +84,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_browser)
         if "vllm" in item.keywords and not vllm:
             item.add_marker(skip_vllm)
+    if getattr(config.option, "dist", "no") != "no":
+        _schedule_for_xdist(items)
+
+
+def _schedule_for_xdist(items) -> None:
+    """Under pytest-xdist (``make test`` runs its quick tests with ``-n 2 --dist loadgroup``;
+    docs/benchmarks/ci.md has the measurements), a module is one unit of work, so that its module- and session-scoped fixtures (a
+    trained run that several tests compare against) are built once, on one worker. Every module that
+    uses the test cluster shares one unit: two jobs on its one node would wait for each other and
+    time out. Units with slow tests go first, so that the longest work starts first and the two
+    workers finish together (the longest-first rule of scheduling)."""
+    slurm_files = {item.nodeid.split("::")[0] for item in items if "slurm" in item.keywords}
+    slow_files = {item.nodeid.split("::")[0] for item in items if "slow" in item.keywords}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("slurm" if path in slurm_files else path))
+    items.sort(key=lambda item: (item.nodeid.split("::")[0] not in slurm_files,
+                                 item.nodeid.split("::")[0] not in slow_files))
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import numpy as np
 import yaml
 
 from eval.benchmarks import BENCHMARKS
-from eval.families import ScoredAnswer
-from eval.pipeline import score_rows
-from eval.runs import EvalAdapter
+from eval.benchmarks.families import ScoredAnswer
+from eval.runner.pipeline import score_rows
+from eval.runner.runs import EvalAdapter
 
 SAMPLING = {"samples": 8, "temperature": 0.6, "top_p": 0.95, "seed": 0}
 

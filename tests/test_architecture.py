@@ -135,3 +135,13 @@ def test_the_checker_finds_a_circle_and_a_room_without_a_floor():
         assert "no room" in str(e)
     else:
         raise AssertionError("a module outside every room was accepted")
+
+
+def test_eval_reads_as_its_three_parts():
+    """Every module of eval/ lives in benchmarks/, runner/ or leaderboard/ (or lm-eval's tasks/), except
+    the package itself and the statistics the runner and the leaderboard share; each part is a room."""
+    loose = sorted(m for m in modules() if m.startswith("eval") and m.split(".")[:2][-1] not in
+                   ("benchmarks", "runner", "leaderboard", "tasks") and m not in ("eval", "eval.stats"))
+    assert loose == [], f"modules of eval/ outside its parts: {loose}"
+    rooms = floors()
+    assert rooms["eval.benchmarks"] < rooms["eval.runner"] < rooms["eval.leaderboard"]

@@ -176,3 +176,20 @@ def test_train_cli_reports_a_bad_preset_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_the_former_isolated_calls_key_reads_as_a_layout_of_tasks_calls(tmp_path):
+    """issue 37: `tasks.isolated_calls` (a bool) became `tasks.calls` (three layouts); saved run configs
+    and overrides with the old key read as the layout it now names, with one warning line."""
+    from populora.config import config_from_yaml_text
+
+    with pytest.warns(FutureWarning, match="tasks.isolated_calls=true now reads as tasks.calls=alone"):
+        cfg = config_from_yaml_text("tasks:\n  isolated_calls: true\n")
+    assert cfg.tasks.calls == "alone"
+    with pytest.warns(FutureWarning, match="tasks.calls=together"):
+        cfg = load_config(CONFIGS / "tiny.yaml", ["tasks.isolated_calls=false"])
+    assert cfg.tasks.calls == "together"
+    with pytest.raises(ConfigError, match="'tasks.isolated_calls' must be true or false"):
+        load_config(CONFIGS / "tiny.yaml", ["tasks.isolated_calls=maybe"])
+    with pytest.raises(ConfigError, match="tasks.calls"):
+        load_config(CONFIGS / "tiny.yaml", ["tasks.calls=sometimes"])

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from test_eval_e2e import DATA, needs_data  # tests/ is on sys.path (as for conftest)
+from test_eval_e2e import DATA  # tests/ is on sys.path (as for conftest)
 
 from populora.policy.config import PolicyConfig, PolicyConfigError, engine_sections
 from populora.policy.engine import GenerationEngine, engines
@@ -128,7 +128,6 @@ def run_cli(*args: str, cwd: Path, env: dict, timeout: int = 900) -> subprocess.
                           text=True, timeout=timeout)
 
 
-@needs_data
 @pytest.mark.slow
 def test_an_engine_is_one_module(tmp_path, package_tree):
     """Write ``populora/policy/<name>_engine.py`` (a trivial engine with one setting of its own) into a

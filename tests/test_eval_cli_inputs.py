@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from eval.generate import ShardError, plan_difference, write_or_check_plan
-from eval.score_table import score_table
-from eval.settings import EvalSettings
+from eval.runner.generate import ShardError, plan_difference, write_or_check_plan
+from eval.runner.score_table import score_table
+from eval.runner.settings import EvalSettings
 from populora.commands import eval as eval_cmd
 
 

@@ -6,25 +6,23 @@ checks the plumbing (the self-check tests check the scorers)."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import BENCHMARKS, ENV_DIR
+from eval.benchmarks import BENCHMARKS, benchmarks_dir
 from populora.cli import main
 from populora.policy.config import PolicyConfig
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get(ENV_DIR, REPO.parent / "shared" / "benchmarks"))
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 LCB = REPO / "tests" / "fixtures" / "livecodebench"
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     root = tmp_path_factory.mktemp("runs")
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
@@ -39,7 +37,6 @@ def _budgets(n):
     return [f"--max-new-tokens={b}={n}" for b in BENCHMARKS]
 
 
-@needs_data
 @pytest.mark.slow
 def test_eval_every_benchmark_then_leaderboard(runs, tmp_path, capsys):
     args = ["eval", "--runs", str(runs / "pop"), str(runs / "single"), "--benchmarks", "all", "--limit", "1",
@@ -80,7 +77,6 @@ def test_eval_every_benchmark_then_leaderboard(runs, tmp_path, capsys):
     assert (out / "leaderboard.csv").is_file() and "base64," in (out / "leaderboard.html").read_text()
 
 
-@needs_data
 @pytest.mark.slow
 def test_sharded_generation_then_merge_and_score(runs, tmp_path):
     common = ["eval", "--runs", str(runs / "pop"), "--benchmarks", "gsm8k", "--limit", "2", "--slice-size", "1",
@@ -111,8 +107,8 @@ class AnswerKeyBackend:
         self.items = items
 
     def generate(self, requests, sampling):
-        from eval.math_answers import gold_as_completion, perturb_answer
-        from eval.prompts import build_prompt
+        from eval.benchmarks.math_answers import gold_as_completion, perturb_answer
+        from eval.benchmarks.prompts import build_prompt
         from populora.policy.base import Completion, GenerationResult
 
         out = []
@@ -127,15 +123,14 @@ class AnswerKeyBackend:
         return out
 
 
-@needs_data
 @pytest.mark.slow
 def test_scores_reach_the_right_adapter(tmp_path):
     import dataclasses
 
     from eval.benchmarks import load_items
-    from eval.evalplus import canonical_solutions
-    from eval.pipeline import EvalSettings, evaluate_runs
-    from eval.runs import init_run
+    from eval.benchmarks.evalplus import canonical_solutions
+    from eval.runner.pipeline import EvalSettings, evaluate_runs
+    from eval.runner.runs import init_run
 
     shapes = {"model.layers.0.self_attn.q_proj": (8, 8)}
     init_run(tmp_path / "r", shapes, [("good", "student"), ("bad", "teacher")])
@@ -151,7 +146,6 @@ def test_scores_reach_the_right_adapter(tmp_path):
     assert got[("base", "HumanEval")] == 0.0
 
 
-@needs_data
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_vllm_engine_serves_all_adapters(tmp_path):
@@ -161,8 +155,8 @@ def test_vllm_engine_serves_all_adapters(tmp_path):
     completions to equal the HF backend's for the base and every adapter; this one (it passes on
     the CPU build too, in about 90 s) would only repeat a weaker check there, so it stays GPU-only."""
     pytest.importorskip("vllm")
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="smollm2-135m", engine="hf")), [])
     shapes = probe.module_shapes()
@@ -176,7 +170,6 @@ def test_vllm_engine_serves_all_adapters(tmp_path):
     assert {r["key"] for r in rows} == {"pop__t0", "pop__s0", "base"}
 
 
-@needs_data
 @pytest.mark.slow
 def test_skip_missing_evaluates_the_rest(tmp_path, capsys, runs):
     rc = main(["eval", "--runs", str(runs / "pop"), "--benchmarks", "livecodebench,gsm8k", "--limit", "1", "--no-base",
@@ -188,10 +181,9 @@ def test_skip_missing_evaluates_the_rest(tmp_path, capsys, runs):
     assert {r["column"] for r in rows} == {"gsm8k"}
 
 
-@needs_data
 def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     shapes = probe.module_shapes()
@@ -209,9 +201,9 @@ def test_adapters_of_another_base_model_are_refused(tmp_path, capsys):
 
 def test_engine_lora_rank_comes_from_the_adapters(tmp_path):
     """vLLM sizes max_lora_rank from config.lora.rank: it must be the adapters' rank, not a default."""
-    from eval.engine import make_engine
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.runner.engine import make_engine
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     shapes = probe.module_shapes()

@@ -1,6 +1,6 @@
 """EvalPlus self-check on the real HumanEval+ / MBPP+ files: canonical solutions pass base and plus
 tests, a deliberately wrong solution passes nothing. The canonicals go through exactly the path a
-model's output takes (``eval.samples.score_samples``, i.e. ``populora score``: the kind's sample
+model's output takes (``eval.runner.samples.score_samples``, i.e. ``populora score``: the kind's sample
 reading, ``prepare_program``, EvalPlus), never straight into EvalPlus.
 
 CI uses a fixed slice of each set (EvalPlus runs every plus input of every task; the full 164 + 378
@@ -21,13 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import ENV_DIR, load_items
-from eval.evalplus import canonical_solutions, prepare_program, solution_source
-from eval.samples import score_samples
-from eval.settings import EvalSettings
+from eval.benchmarks import benchmarks_dir, load_items
+from eval.benchmarks.evalplus import canonical_solutions, prepare_program, solution_source
+from eval.runner.samples import score_samples
+from eval.runner.settings import EvalSettings
 
-DATA = Path(os.environ.get(ENV_DIR, Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks"))
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 FULL = os.environ.get("POPULORA_EVAL_FULL") == "1"
 CI_SLICE = 12
 BROKEN_IN_EVALPLUS = {"HumanEval/32"}
@@ -41,7 +40,6 @@ def _score(bench, programs, tmp_path, items):
     return {r["task_id"]: r["metrics"]["base"] and r["metrics"]["plus"] for r in records}, agg
 
 
-@needs_data
 @pytest.mark.slow
 @pytest.mark.parametrize("bench", ["humaneval_plus", "mbpp_plus"])
 def test_canonical_pass_and_wrong_fail(bench, tmp_path):
@@ -68,13 +66,12 @@ def test_canonical_pass_and_wrong_fail(bench, tmp_path):
     assert not any(wrong_passed.values())
 
 
-@needs_data
 @pytest.mark.slow
 def test_mbpp_630_canonical_passes_from_a_model_output(tmp_path):
     """Mbpp/630's canonical solution has a yield-only helper that EvalPlus's sanitizer drops; written
     as a chat model would (prose + fenced block), it must still pass through the generation path."""
     from eval.benchmarks import BENCHMARKS
-    from eval.families import family_of
+    from eval.benchmarks.families import family_of
 
     items = [it for it in load_items("mbpp_plus", data_dir=DATA) if it.item_id == "Mbpp/630"]
     body = canonical_solutions("mbpp_plus", data_dir=DATA)["Mbpp/630"]
@@ -102,15 +99,13 @@ def test_prepare_program_keeps_definitions_and_sanitizes_only_what_needs_it():
     program, notes = prepare_program(prose, "f")
     assert notes == ("sanitized",) and program.startswith("def f(x):") and "Hope" not in program
     # EvalPlus's own sanitizer loses the yield helper: the reason for prepare_program
-    from eval.evalplus import sanitize_solution
+    from eval.benchmarks.evalplus import sanitize_solution
 
     assert "def helper" not in sanitize_solution(gen, "f")
 
 
 def test_solution_source_by_template():
-    item = load_items("humaneval_plus", data_dir=DATA)[0] if (DATA / "humaneval_plus").is_dir() else None
-    if item is None:
-        pytest.skip("benchmark files missing")
+    item = load_items("humaneval_plus", data_dir=DATA)[0]
     prompt = item.question.rstrip()
     body = "\n    return True\n"
     assert solution_source(item, prompt, body, "base") == prompt + body
@@ -122,13 +117,12 @@ def test_solution_source_by_template():
     assert "return 2" in solution_source(item, "x", r1, "r1")
 
 
-@needs_data
 def test_a_repeated_program_runs_once_and_every_copy_gets_its_verdict(tmp_path, monkeypatch):
     """Samples of a sampled evaluation repeat programs: EvalPlus runs each distinct program of a task
     once, and each adapter (or sample) that wrote it gets that program's verdict."""
     import subprocess
 
-    import eval.evalplus as ep
+    import eval.benchmarks.evalplus as ep
 
     canon = canonical_solutions("humaneval_plus", data_dir=DATA)
     ids = ["HumanEval/0", "HumanEval/2"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import Item
-from eval.generate import (
+from eval.runner.generate import (
     ShardError,
     generate_shard,
     load_merged,
@@ -25,7 +25,7 @@ from eval.generate import (
     shard_units,
     write_or_check_plan,
 )
-from eval.runs import EvalAdapter
+from eval.runner.runs import EvalAdapter
 from populora.policy.base import Completion, GenerationResult
 
 
@@ -196,7 +196,7 @@ def test_all_pending_requests_in_one_call_with_the_benchmarks_stops(tmp_path):
 def test_stop_token_ids_reach_engines_that_take_them():
     from dataclasses import dataclass
 
-    from eval.generate import sampling_params
+    from eval.runner.generate import sampling_params
 
     @dataclass(frozen=True)
     class WithIds:
@@ -209,8 +209,8 @@ def test_stop_token_ids_reach_engines_that_take_them():
 
 
 def test_engine_is_sized_for_the_adapters_rank(tmp_path):
-    from eval.engine import adapter_rank
-    from eval.runs import init_run
+    from eval.runner.engine import adapter_rank
+    from eval.runner.runs import init_run
 
     [a] = init_run(tmp_path / "r", {"model.layers.0.self_attn.q_proj": (8, 8)}, [("s0", "student")], rank=64)
     assert adapter_rank(a) == 64  # not the preset default of 32

@@ -1,4 +1,4 @@
-"""LiveCodeBench parity: the project's scorer (eval/lcb_harness.py in the project sandbox) against
+"""LiveCodeBench parity: the project's scorer (eval/benchmarks/lcb_harness.py in the project sandbox) against
 LiveCodeBench's own code, on the 51 cases of tests/fixtures/lcb_parity (every row of the scorer
 differences found earlier, plus ordinary verdicts).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import Item
-from eval.livecodebench import extract_code, score_livecodebench
+from eval.benchmarks.livecodebench import extract_code, score_livecodebench
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "lcb_parity"
 HEAD = "lcb_runner@28fef95"

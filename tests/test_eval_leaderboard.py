@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import BENCHMARKS
-from eval.families import wilson_interval
-from eval.leaderboard import AVERAGE_RULE, GROUPS, build_table, read_scores, write_leaderboard
+from eval.leaderboard.page import AVERAGE_RULE, GROUPS, build_table, read_scores, write_leaderboard
+from eval.stats import wilson_interval
 
 PROV = {"model": "tiny", "backend": "hf", "dtype": "auto", "template": "base", "decoding": "greedy (temperature 0), pass@1",
         "max_new_tokens": {"gsm8k": 8}, "limit": None, "commit": "abc123", "date": "2026-01-01 00:00 UTC",

@@ -17,7 +17,7 @@ import pytest
 from conftest import chromium_binary
 from test_eval_leaderboard import PROV, _row, _write
 
-from eval.leaderboard import GROUPS, write_leaderboard
+from eval.leaderboard.page import GROUPS, write_leaderboard
 
 WIDTH = 1400
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -101,7 +101,7 @@ def test_sampled_sweep_of_three_seeds_reads_back_from_the_page(tmp_path):
 
     runs = make_sweep(tmp_path / "runs", configs=(("4t4s", 8, 0.12), ("1t1s", 2, 0.02), ("baseline", 1, 0.0)),
                       benches=tuple(BENCHMARKS), n_items=30)
-    got = measure(write_leaderboard(runs, tmp_path / "out", n_boot=2000)["html"], tmp_path, "sweep")
+    got = measure(write_leaderboard(runs, tmp_path / "out")["html"], tmp_path, "sweep")
     tables = got["tables"]
     assert tables["seeds"]["rows"] == tables["seeds-pass8"]["rows"] == 2 * 2 + 1 + 1  # 2 populations x 2, baseline, base
     for t in ("seeds", "seeds-pass8", "paired", "leaderboard"):  # every table states what it shows

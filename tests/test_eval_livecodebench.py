@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from eval.benchmarks import BenchmarkDataError
-from eval.lcb_harness import same_output
-from eval.livecodebench import empty_private_warning, load_livecodebench, score_livecodebench
+from eval.benchmarks.lcb_harness import same_output
+from eval.benchmarks.livecodebench import empty_private_warning, load_livecodebench, score_livecodebench
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "livecodebench"
 
@@ -107,3 +107,30 @@ def test_a_private_test_failure_fails_the_problem():
     code = "a, b = map(int, input().split())\nprint(a + b if a < 100 else 0)\n"
     [v] = score_livecodebench([(items["toy001"], code)], timeout_s=2.0)
     assert not v.passed and v.reason == "wrong_answer" and v.tests_run == 3
+
+
+def test_the_leaderboard_prints_how_many_problems_the_release_and_window_hold():
+    """With --limit 1 the score file still records the window's problem count, counted by the loader
+    from the data, and the leaderboard's caption and provenance print it."""
+    from eval.leaderboard.labels import benchmark_text
+    from eval.leaderboard.page import _provenance_lines
+    from eval.runner.pipeline import load_benchmarks, load_every_item, provenance
+    from eval.runner.settings import EvalSettings
+
+    s = EvalSettings(benchmarks=["livecodebench"], data_paths={"livecodebench": str(FIXTURE)}, limit=1)
+    window = load_livecodebench(FIXTURE)  # the default release and window
+    wider = load_livecodebench(FIXTURE, start=None, end=None)
+    assert len(wider) > len(window) > 1
+    every, items = load_every_item(s), load_benchmarks(s)
+    assert [len(every["livecodebench"]), len(items["livecodebench"])] == [len(window), 1]
+    prov = provenance(s, items, totals={b: len(v) for b, v in every.items()})
+    data = prov["data"]["livecodebench"]
+    assert (data["n_items"], data["n_total"], data["window"]) == (1, len(window), ["2024-08-01", "2025-02-01"])
+    text = benchmark_text({"run": {"data": {"livecodebench": data}}}, ["LiveCodeBench"])
+    assert text == (f"LiveCodeBench code_generation_lite release_v5: 1 items (contest dates 2024-08-01 to 2025-02-01, "
+                    f"inclusive; {len(window)} problems in the release and window)")
+    lines = _provenance_lines({"run": prov})
+    assert any(f"release_v5 (1 items, window 2024-08-01..2025-02-01 (inclusive), {len(window)} problems in the release "
+               "and window)" in line for line in lines), lines
+    s.lcb_start = s.lcb_end = None
+    assert len(load_every_item(s)["livecodebench"]) == len(wider)

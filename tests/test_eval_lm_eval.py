@@ -4,22 +4,18 @@ test-double backend that answers with the gold (which must then score 100%)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
-from eval.benchmarks import ENV_DIR, MATH_BENCHMARKS, load_items
-from eval.math_answers import gold_as_completion
-from eval.prompts import build_prompt
+from eval.benchmarks import MATH_BENCHMARKS, PACKAGED_DIR, benchmarks_dir, load_items
+from eval.benchmarks.math_answers import gold_as_completion
+from eval.benchmarks.prompts import build_prompt
 
 pytest.importorskip("lm_eval")
-from eval.lm_eval_model import PopuLoRALM, task_configs, task_manager  # noqa: E402
+from eval.runner.lm_eval_model import PopuLoRALM, task_configs, task_manager  # noqa: E402
 from populora.policy.base import Completion, GenerationResult  # noqa: E402
 from populora.policy.config import PolicyConfig  # noqa: E402
 
-DATA = Path(os.environ.get(ENV_DIR, Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks"))
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 
 
 class GoldBackend:
@@ -40,7 +36,6 @@ class GoldBackend:
         return out
 
 
-@needs_data
 @pytest.mark.slow
 def test_gold_answers_score_100_through_lm_eval():
     import lm_eval
@@ -55,13 +50,12 @@ def test_gold_answers_score_100_through_lm_eval():
     assert set(backend.prompts) == {build_prompt(it, "base") for it in items}
 
 
-@needs_data
 @pytest.mark.slow
 def test_simple_evaluate_on_tiny_engine_with_an_adapter(tmp_path):
     import lm_eval
 
-    from eval.pipeline import EvalSettings, make_engine
-    from eval.runs import init_run
+    from eval.runner.pipeline import EvalSettings, make_engine
+    from eval.runner.runs import init_run
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])
     adapters = init_run(tmp_path / "run", probe.module_shapes(), [("s0", "student")])
@@ -79,8 +73,8 @@ def test_simple_evaluate_on_tiny_engine_with_an_adapter(tmp_path):
 
 
 def test_task_configs_point_at_the_given_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="POPULORA_BENCHMARKS_DIR"):
-        task_configs(["gsm8k"], tmp_path)
+    [cfg] = task_configs(["gsm8k"], tmp_path)  # not in the user's directory: the shipped copy
+    assert cfg["dataset_kwargs"]["data_files"]["test"] == str(PACKAGED_DIR / "gsm8k" / "test.jsonl")
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k" / "test.jsonl").write_text("")
     [cfg] = task_configs(["gsm8k"], tmp_path)

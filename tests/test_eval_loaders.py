@@ -1,4 +1,4 @@
-"""Benchmark loaders: the real shared files (counts, checksums, gold fields), clear errors, and the
+"""Benchmark loaders: the shipped files (counts, checksums, gold fields), clear errors, and the
 LiveCodeBench loader on the toy fixture in the official format (including a refused malicious pickle)."""
 
 from __future__ import annotations
@@ -13,30 +13,36 @@ from pathlib import Path
 
 import pytest
 
+from eval import benchmarks
 from eval.benchmarks import (
     BENCHMARKS,
     ENV_DIR,
+    PACKAGED_DIR,
     BenchmarkDataError,
+    benchmark_path,
     benchmarks_dir,
     last_boxed,
     load_items,
     resolve_benchmarks,
 )
-from eval.livecodebench import UnsafePickleError, decode_test_cases, load_livecodebench, release_files
+from eval.benchmarks.livecodebench import (
+    UnsafePickleError,
+    decode_test_cases,
+    load_livecodebench,
+    release_files,
+)
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get(ENV_DIR, REPO.parent / "shared" / "benchmarks"))
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 LCB_FIXTURE = REPO / "tests" / "fixtures" / "livecodebench"
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
 
 COUNTS = {"humaneval_plus": 164, "mbpp_plus": 378, "aime24": 30, "aime25": 30, "amc23": 40, "math500": 500,
           "minerva_math": 272, "gsm8k": 1319, "olympiadbench": 675}
 
 
-@needs_data
 @pytest.mark.parametrize("name", sorted(COUNTS))
-def test_every_shared_file_loads_with_its_checksum(name):
-    items = load_items(name, data_dir=DATA)  # verify=True: sha256 of the README
+def test_every_shipped_file_loads_with_its_checksum(name):
+    items = load_items(name, data_dir=DATA)  # verify=True: the sha256 of provenance.json
     assert len(items) == COUNTS[name]
     assert len({it.item_id for it in items}) == len(items)
     if BENCHMARKS[name].group == "math":
@@ -47,7 +53,6 @@ def test_every_shared_file_loads_with_its_checksum(name):
         assert all(it.meta["entry_point"] in it.question for it in items)
 
 
-@needs_data
 def test_answer_fields_of_each_set():
     aime24 = {it.item_id: it.gold for it in load_items("aime24", data_dir=DATA)}
     assert aime24["60"] == "204"  # Aya's walk
@@ -82,12 +87,29 @@ def test_resolve_benchmarks_groups_and_errors():
 
 def test_missing_file_error_names_path_and_remedy(tmp_path):
     with pytest.raises(BenchmarkDataError) as e:
-        load_items("gsm8k", data_dir=tmp_path)
+        load_items("gsm8k", path=tmp_path / "gsm8k" / "test.jsonl")
     msg = str(e.value)
     assert str(tmp_path / "gsm8k" / "test.jsonl") in msg and ENV_DIR in msg and "--data gsm8k=PATH" in msg
 
 
-@needs_data
+def test_a_users_directory_overrides_the_shipped_copy_file_by_file(tmp_path):
+    # not in the user's directory: the shipped file; in it: the user's file
+    assert benchmark_path("gsm8k", data_dir=tmp_path) == PACKAGED_DIR / "gsm8k" / "test.jsonl"
+    (tmp_path / "gsm8k").mkdir()
+    shutil.copy(PACKAGED_DIR / "gsm8k" / "test.jsonl", tmp_path / "gsm8k" / "test.jsonl")
+    assert benchmark_path("gsm8k", data_dir=tmp_path) == tmp_path / "gsm8k" / "test.jsonl"
+
+
+def test_without_a_user_copy_the_shipped_data_is_read(monkeypatch, tmp_path):
+    monkeypatch.delenv(ENV_DIR, raising=False)
+    monkeypatch.setattr(benchmarks, "IMAGE_DIR", tmp_path / "image-mount-point")
+    assert benchmarks_dir() == PACKAGED_DIR  # no image directory
+    (tmp_path / "image-mount-point").mkdir()
+    assert benchmarks_dir() == PACKAGED_DIR  # the image's empty mount point: nothing bound
+    (tmp_path / "image-mount-point" / "gsm8k").mkdir()
+    assert benchmarks_dir() == tmp_path / "image-mount-point"  # a bound copy
+
+
 def test_modified_file_fails_checksum(tmp_path):
     (tmp_path / "aime25").mkdir()
     text = (DATA / "aime25" / "test.jsonl").read_text().replace('"answer":"70"', '"answer":"71"')

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eval.benchmarks import Item
-from eval.prompts import MATH_INSTRUCTION, TEMPLATES, build_prompt, prompt_opens_fence
+from eval.benchmarks.prompts import MATH_INSTRUCTION, TEMPLATES, build_prompt, prompt_opens_fence
 
 CODE = Item("humaneval_plus", "HumanEval/0", 'def f(x):\n    """Return x."""\n', None, {"entry_point": "f"})
 MATH = Item("gsm8k", "0", "What is 1 + 1?", "2")
@@ -52,7 +52,7 @@ def test_templates(tokenizer):
 
 
 def test_stop_strings_per_template_and_benchmark(tokenizer):
-    from eval.prompts import end_of_turn, stop_strings
+    from eval.benchmarks.prompts import end_of_turn, stop_strings
 
     assert end_of_turn(tokenizer) == "<|im_end|>"  # read from the chat template itself
     assert "\nQuestion:" in stop_strings("gsm8k", "base")
@@ -68,9 +68,9 @@ def test_a_run_on_completion_is_cut_at_the_first_answer(tokenizer):
     """On `tiny`, with a scripted completion that runs on past its answer into an invented question:
     the stop strings end it at the first answer, and the scorer reads that answer."""
     from eval.benchmarks import BENCHMARKS
-    from eval.families import family_of
-    from eval.math_answers import is_correct
-    from eval.prompts import stop_strings
+    from eval.benchmarks.families import family_of
+    from eval.benchmarks.math_answers import is_correct
+    from eval.benchmarks.prompts import stop_strings
     from populora.policy.sampling import find_stop
 
     run_on = " 1 + 1 = 2, so the answer is $\\boxed{2}$.\nQuestion: What is 2 + 2?\nAnswer: It is $\\boxed{5}$."

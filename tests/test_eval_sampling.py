@@ -7,15 +7,14 @@ samples and another seed other ones."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import ENV_DIR, Item
-from eval.decoding import SAMPLED_TEMPERATURE, SAMPLED_TOP_P, Decoding, request_index
-from eval.families import ScoredAnswer
-from eval.generate import (
+from eval.benchmarks import Item, benchmarks_dir
+from eval.benchmarks.families import ScoredAnswer
+from eval.runner.decoding import SAMPLED_TEMPERATURE, SAMPLED_TOP_P, Decoding, request_index
+from eval.runner.generate import (
     ShardError,
     generate_shard,
     load_merged_samples,
@@ -25,15 +24,14 @@ from eval.generate import (
     shard_dir,
     write_or_check_plan,
 )
-from eval.pipeline import score_rows
-from eval.runs import EvalAdapter
+from eval.runner.pipeline import score_rows
+from eval.runner.runs import EvalAdapter
 from eval.stats import pass_at_k
 from populora.cli import main
 from populora.policy.base import Completion, GenerationResult
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get(ENV_DIR, REPO.parent / "shared" / "benchmarks"))
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 SAMPLED = Decoding(4, 0.7, 0.9, 11)
 
 
@@ -170,12 +168,11 @@ def test_score_rows_carry_pass_at_k_avg_and_solve_rates():
 
 
 # -- the real engine ----------------------------------------------------------------------------------
-@needs_data
 @pytest.mark.slow
 def test_tiny_sampled_eval_is_reproducible_and_gives_pass_at_k(tmp_path, capsys):
-    from eval.engine import make_engine
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.runner.engine import make_engine
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
     from populora.policy.config import PolicyConfig
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model="tiny")), [])

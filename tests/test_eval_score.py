@@ -4,19 +4,17 @@ extraction and scorers; verdicts per sample as JSON lines, then the aggregate.""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from eval.benchmarks import ENV_DIR, load_items
-from eval.math_answers import gold_as_completion, perturb_answer
+from eval.benchmarks import benchmarks_dir, load_items
+from eval.benchmarks.math_answers import gold_as_completion, perturb_answer
 from populora.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get(ENV_DIR, REPO.parent / "shared" / "benchmarks"))
+DATA = benchmarks_dir()  # the shipped test sets (eval/data), or $POPULORA_BENCHMARKS_DIR
 LCB = REPO / "tests" / "fixtures" / "livecodebench"
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason=f"benchmark files not in {DATA}")
 
 
 def _jsonl(path: Path, rows) -> Path:
@@ -29,7 +27,6 @@ def _output(capsys):
     return lines[:-1], lines[-1]["aggregate"]
 
 
-@needs_data
 def test_math_answers_scored_per_sample(tmp_path, capsys):
     items = load_items("gsm8k", data_dir=DATA)[:3]
     rows = [{"id": items[0].item_id, "answer": gold_as_completion(items[0].gold)},
@@ -44,7 +41,6 @@ def test_math_answers_scored_per_sample(tmp_path, capsys):
     assert lo < 2 / 3 < hi
 
 
-@needs_data
 def test_several_samples_per_task_give_pass_at_k(tmp_path, capsys):
     items = load_items("gsm8k", data_dir=DATA)[:2]
     right = [gold_as_completion(it.gold) for it in items]
@@ -60,7 +56,6 @@ def test_several_samples_per_task_give_pass_at_k(tmp_path, capsys):
     assert m["pass@k"]["3"] == pytest.approx((1 + 1 - 1 / 4) / 2)
 
 
-@needs_data
 def test_bad_samples_name_the_line_and_field(tmp_path, capsys):
     assert main(["score", "gsm8k", str(_jsonl(tmp_path / "a.jsonl", [{"id": "0", "text": "5"}])), "--data-dir", str(DATA)]) == 2
     assert "a.jsonl: line 1 (0) lacks field 'answer'" in capsys.readouterr().err
@@ -71,10 +66,9 @@ def test_bad_samples_name_the_line_and_field(tmp_path, capsys):
     assert "c.jsonl: line 1 is not valid JSON" in capsys.readouterr().err
 
 
-@needs_data
 @pytest.mark.slow
 def test_evalplus_solution_and_completion_samples(tmp_path, capsys):
-    from eval.evalplus import canonical_solutions
+    from eval.benchmarks.evalplus import canonical_solutions
 
     items = {it.item_id: it for it in load_items("humaneval_plus", data_dir=DATA)[:2]}
     canon = canonical_solutions("humaneval_plus", data_dir=DATA)

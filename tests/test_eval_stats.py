@@ -1,7 +1,9 @@
-"""The leaderboard's statistics against their definitions, on synthetic verdicts (milliseconds):
-pass@k against brute-force enumeration of every k-subset of the samples; the t interval against
-tabled quantiles; the paired bootstrap against the exact bootstrap distribution, enumerated over
-every resample of a tiny case."""
+"""The evaluation's statistics against their definitions (milliseconds): pass@k against brute-force
+enumeration of every k-subset of the samples; the t interval against tabled quantiles; the Wilson
+interval against scipy; the paired comparison against the textbook tests it reduces to (the paired t
+test with one seed per arm, the pooled two-sample t test on the run means when the items add nothing)
+and against its variance components computed by hand. Its calibration by simulation is
+tests/test_eval_calibration.py."""
 
 from __future__ import annotations
 
@@ -10,16 +12,17 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sp
 
 from eval.stats import (
     avg_at_n,
-    bootstrap_replicates,
     estimate_pass_at_k,
     mean_interval,
-    paired_bootstrap,
+    paired_moments,
+    paired_test,
     pass_at_k,
     pass_at_k_curve,
-    t_quantile,
+    wilson_interval,
 )
 
 
@@ -64,21 +67,6 @@ def test_pass_at_k_refuses_impossible_counts(args):
         pass_at_k(*args)
 
 
-def test_t_quantiles_match_the_table():
-    # two-sided 95% critical values of Student's t (any statistics table)
-    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 29: 2.045}
-    for df, t in table.items():
-        assert t_quantile(0.975, df) == pytest.approx(t, abs=5e-4)
-    assert t_quantile(0.975, 1000) == pytest.approx(1.96234, abs=1e-4)  # near the normal 1.95996
-
-
-def test_t_quantiles_match_scipy_where_installed():
-    stats = pytest.importorskip("scipy.stats")
-    for df in (1, 2, 3, 7, 30, 200):
-        for q in (0.9, 0.975, 0.995):
-            assert t_quantile(q, df) == pytest.approx(stats.t.ppf(q, df), rel=1e-8)
-
-
 def test_interval_across_seeds():
     xs = [0.30, 0.35, 0.32]
     iv = mean_interval(xs)
@@ -94,75 +82,127 @@ def test_interval_across_seeds():
         mean_interval([])
 
 
-def exact_bootstrap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Every bootstrap resample of a tiny case, equally likely: items drawn with replacement (one draw
-    for both arms and every seed), each arm's seeds drawn with replacement when it has two or more."""
-    items = a.shape[1]
-    item_draws = list(itertools.product(range(items), repeat=items))
-
-    def seed_draws(s):
-        return list(itertools.product(range(s), repeat=s)) if s > 1 else [(0,)]
-
-    out = []
-    for idx in item_draws:
-        for sa in seed_draws(a.shape[0]):
-            for sb in seed_draws(b.shape[0]):
-                out.append(a[np.ix_(sa, idx)].mean() - b[np.ix_(sb, idx)].mean())
-    return np.array(out)
+def test_t_interval_quantiles_match_the_table():
+    # two-sided 95% critical values of Student's t (any statistics table): the half-width / (sd / sqrt(s))
+    table = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 10: 2.262, 30: 2.045}
+    for s, t in table.items():
+        xs = np.linspace(0.3, 0.4, s)
+        iv = mean_interval(xs)
+        assert iv.half_width / (iv.sd / math.sqrt(s)) == pytest.approx(t, abs=5e-4)
 
 
-def test_paired_bootstrap_on_one_seed_matches_the_exact_bootstrap():
-    a = np.array([1.0, 1.0, 0.0, 1.0, 0.5])
-    b = np.array([0.0, 1.0, 0.0, 0.0, 0.25])
-    test = paired_bootstrap(a, b, n_boot=40_000, seed=1)
-    exact = exact_bootstrap(a[None], b[None])  # 5^5 = 3125 resamples
-    theta = (a - b).mean()
-    assert test.difference == pytest.approx(theta)
-    p_exact = np.mean(np.abs(exact - theta) >= abs(theta) - 1e-12)
-    assert test.p_value == pytest.approx(p_exact, abs=0.01)
-    lo, hi = np.quantile(exact, [0.025, 0.975])
-    assert test.low == pytest.approx(lo, abs=0.03) and test.high == pytest.approx(hi, abs=0.03)
-    reps = bootstrap_replicates([(a, b)], n_boot=40_000, seed=1)
-    assert reps.mean() == pytest.approx(exact.mean(), abs=0.005)
-    assert reps.std() == pytest.approx(exact.std(), rel=0.03)
+def test_wilson_interval_is_scipys_for_whole_counts():
+    for k, n in ((0, 10), (6, 10), (10, 10), (15, 30), (1, 164)):
+        ci = sp.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert wilson_interval(k, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
+    lo, hi = wilson_interval(6.5, 10)  # a sampled evaluation's summed solve rates
+    assert wilson_interval(6, 10)[0] < lo < hi < wilson_interval(7, 10)[1]
+    assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
-def test_paired_bootstrap_over_seeds_matches_the_exact_two_level_bootstrap():
-    a = np.array([[1.0, 0.0, 1.0], [0.5, 0.0, 1.0]])  # 2 seeds x 3 items
-    b = np.array([[0.0, 0.0, 1.0], [0.0, 0.5, 0.5], [0.5, 0.0, 0.0]])  # 3 seeds
-    exact = exact_bootstrap(a, b)  # 27 item draws x 4 x 27 seed draws
-    reps = bootstrap_replicates([(a, b)], n_boot=60_000, seed=2)
-    assert reps.mean() == pytest.approx(exact.mean(), abs=0.005)
-    assert reps.std() == pytest.approx(exact.std(), rel=0.03)
-    test = paired_bootstrap(a, b, n_boot=60_000, seed=2)
-    assert test.difference == pytest.approx(a.mean() - b.mean())
-    assert (test.seeds_a, test.seeds_b, test.items) == (2, 3, (3,))
-    frozen = bootstrap_replicates([(a, b)], n_boot=60_000, seed=2, resample_seeds=False)
-    assert frozen.std() < reps.std()  # seed resampling adds the seeds' spread
+def test_one_seed_per_arm_is_the_paired_t_test_of_the_two_runs():
+    rng = np.random.default_rng(1)
+    a, b = rng.random(40), rng.random(40)
+    test = paired_test(a, b)
+    ref = sp.ttest_rel(a, b)
+    assert test.difference == pytest.approx(np.mean(a - b)) and test.p_value == pytest.approx(ref.pvalue, rel=1e-10)
+    ci = ref.confidence_interval(0.95)
+    assert (test.low, test.high) == pytest.approx((ci.low, ci.high), rel=1e-10)
+    assert test.df == 39 and test.run_variance is None and test.about_runs
+    assert test.to_json()["about"] == "these runs on these items"
 
 
-def test_a_group_average_is_the_mean_of_the_groups_differences():
-    g1 = (np.array([[1.0, 1.0, 0.0]]), np.array([[0.0, 1.0, 0.0]]))
-    g2 = (np.array([[0.0, 0.0]]), np.array([[1.0, 0.0]]))
-    test = paired_bootstrap(groups=[g1, g2], n_boot=2000)
-    assert test.difference == pytest.approx(((1 / 3) + (-1 / 2)) / 2)
-    assert test.items == (3, 2)
+def test_without_an_item_effect_it_is_the_pooled_t_test_of_the_run_means():
+    rng = np.random.default_rng(2)
+    item = rng.random(30)
+    a = item + rng.normal(0, 0.05, (3, 1)) + 0.02  # every run a constant shift of the same items: nothing per item
+    b = item + rng.normal(0, 0.05, (4, 1))
+    test = paired_test(a, b)
+    ref = sp.ttest_ind(a.mean(1), b.mean(1), equal_var=True)
+    assert test.item_variance == 0 and test.df == pytest.approx(3 + 4 - 2)
+    assert test.p_value == pytest.approx(ref.pvalue, rel=1e-9) and not test.about_runs
+    ci = ref.confidence_interval(0.95)
+    assert (test.low, test.high) == pytest.approx((ci.low, ci.high), rel=1e-9)
 
 
-def test_paired_bootstrap_is_seeded_and_answers_the_obvious_cases():
+def variance_by_hand(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """Run part, item part and Satterthwaite's df of the module docstring, written out with loops."""
+    (sa, n), sb = a.shape, b.shape[0]
+    k, h = sa + sb - 2, 1 / sa + 1 / sb
+    means = [[row.mean() for row in x] for x in (a, b)]
+    s2 = sum((m - np.mean(ms)) ** 2 for ms in means for m in ms) / k
+    resid = 0.0
+    for x in (a, b):
+        for s in range(x.shape[0]):
+            for i in range(n):
+                resid += (x[s, i] - x[s].mean() - x[:, i].mean() + x.mean()) ** 2
+    sigma_e2 = resid / (k * (n - 1))
+    d = [a[:, i].mean() - b[:, i].mean() for i in range(n)]
+    vd = sum((x - np.mean(d)) ** 2 for x in d) / (n - 1)
+    g = vd - (1 + math.sqrt(2 / (n - 1) + 2 / (k * (n - 1)))) * h * sigma_e2
+    run, item = h * s2, max(g, 0.0) / n
+    den = run**2 / k + ((vd**2 / (n - 1) + (h * sigma_e2) ** 2 / (k * (n - 1))) / n**2 if g > 0 else 0.0)
+    return run, item, (run + item) ** 2 / den
+
+
+def test_variance_components_match_the_formulas_written_out():
+    rng = np.random.default_rng(3)
+    per_item = rng.normal(0, 0.3, 25)  # the methods fare differently item by item
+    a = np.clip(0.5 + per_item + rng.normal(0, 0.05, (3, 1)) + rng.normal(0, 0.1, (3, 25)), 0, 1)
+    b = np.clip(0.5 + rng.normal(0, 0.05, (2, 1)) + rng.normal(0, 0.1, (2, 25)), 0, 1)
+    test = paired_test(a, b)
+    run, item, df = variance_by_hand(a, b)
+    assert item > 0 and (test.run_variance, test.item_variance, test.df) == pytest.approx((run, item, df), rel=1e-10)
+    assert test.se == pytest.approx(math.sqrt(run + item))
+    assert test.p_value == pytest.approx(2 * sp.t.sf(abs(a.mean() - b.mean()) / test.se, df), rel=1e-10)
+    assert test.high - test.difference == pytest.approx(sp.t.ppf(0.975, df) * test.se)
+
+
+def test_a_group_average_is_the_mean_of_the_groups_and_a_run_is_one_seed_for_all():
+    rng = np.random.default_rng(4)
+    a, b = rng.random((3, 20)), rng.random((3, 20))
+    a2, b2 = rng.random((3, 12)), rng.random((3, 12))
+    test = paired_test(groups=[(a, b), (a2, b2)])
+    assert test.difference == pytest.approx(((a.mean() - b.mean()) + (a2.mean() - b2.mean())) / 2)
+    assert test.items == (20, 12)
+    ra, rb = (a.mean(1) + a2.mean(1)) / 2, (b.mean(1) + b2.mean(1)) / 2
+    assert test.run_variance == pytest.approx((2 / 3) * (ra.var(ddof=1) + rb.var(ddof=1)) / 2)
+    twice = paired_test(groups=[(a, b), (a, b)])  # one benchmark twice: the same difference and runs, item part halved
+    once = paired_test(a, b)
+    assert (twice.difference, twice.run_variance) == pytest.approx((once.difference, once.run_variance))
+    assert twice.item_variance == pytest.approx(once.item_variance / 2)
+
+
+def test_the_batched_moments_are_the_single_tests():
+    rng = np.random.default_rng(5)
+    a, b = rng.random((6, 3, 15)), rng.random((6, 2, 15))
+    m = paired_moments([(a, b)])
+    for t in range(6):
+        one = paired_test(a[t], b[t])
+        assert (m.difference[t], m.variance[t] ** 0.5, m.df[t], m.p_values()[t]) == pytest.approx(
+            (one.difference, one.se, one.df, one.p_value))
+
+
+def test_the_obvious_cases_and_bad_input():
     rng = np.random.default_rng(0)
-    a = rng.random((3, 50))
-    b = rng.random((3, 50))
-    assert paired_bootstrap(a, b, seed=5) == paired_bootstrap(a, b, seed=5)
-    assert paired_bootstrap(a, b, seed=5).low != paired_bootstrap(a, b, seed=6).low
-    same = paired_bootstrap(a[0], a[0], n_boot=500)  # one seed: nothing varies
+    a, b = rng.random((3, 50)), rng.random((3, 50))
+    assert paired_test(a, b) == paired_test(a, b)  # deterministic: nothing is drawn
+    same = paired_test(a[0], a[0])
     assert (same.difference, same.low, same.high, same.p_value) == (0.0, 0.0, 0.0, 1.0)
-    seeds = paired_bootstrap(a, a, n_boot=500)  # three seeds: each arm's seeds resampled on their own
+    seeds = paired_test(a, a)
     assert seeds.difference == 0.0 and seeds.p_value == 1.0 and seeds.low < 0 < seeds.high
-    better = paired_bootstrap(np.clip(b + 0.2, 0, 1), b, n_boot=2000)
+    better = paired_test(np.clip(b + 0.2, 0, 1), b)
     assert better.p_value < 0.01 and better.low > 0
-    assert better.p_value >= 1 / 2001  # never 0
+    shifted = paired_test(a[0] + 0.1, a[0])  # every item exactly 0.1 better, one run each: no variance at all
+    assert (shifted.p_value, shifted.low, shifted.high) == (0.0, pytest.approx(0.1), pytest.approx(0.1))
     with pytest.raises(ValueError, match="same items"):
-        paired_bootstrap(a, b[:, :40])
+        paired_test(a, b[:, :40])
     with pytest.raises(ValueError, match="either a and b, or groups"):
-        paired_bootstrap(a)
+        paired_test(a)
+    with pytest.raises(ValueError, match="another number of seeds"):
+        paired_test(groups=[(a, b), (a[:2], b)])
+    with pytest.raises(ValueError, match="one seed per arm and one item per benchmark: nothing to estimate"):
+        paired_test([1.0], [0.0])
+    assert paired_test([[1.0], [0.0]], [[0.0], [0.0]]).run_variance > 0  # one item, two seeds: the runs vary
+    with pytest.raises(ValueError, match="non-finite"):
+        paired_test(a, np.full((3, 50), np.nan))

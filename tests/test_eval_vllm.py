@@ -27,7 +27,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
-from test_eval_e2e import DATA, _budgets, needs_data  # tests/ is on sys.path (as for conftest)
+from test_eval_e2e import DATA, _budgets  # tests/ is on sys.path (as for conftest)
 
 MODEL = "smollm2-135m"
 BENCHES = ("humaneval_plus", "gsm8k")  # one code and one math benchmark
@@ -52,9 +52,9 @@ def require_vllm() -> None:
 def strong_runs(root: Path) -> list[Path]:
     """Two runs on SmolLM2-135M: ``pop`` (t0, s0) and ``single`` (b0), rank 16 (one rank: the HF engine
     serves one uniform rank)."""
-    from eval.engine import make_engine
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.runner.engine import make_engine
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
     from populora.policy.config import PolicyConfig
 
     probe = make_engine(EvalSettings(policy=PolicyConfig(model=MODEL)), [])
@@ -80,7 +80,6 @@ def verdicts(workdir: Path) -> dict[str, list[dict]]:
             for p in sorted((workdir / "verdicts").glob("*/*.jsonl"))}
 
 
-@needs_data
 @pytest.mark.slow
 def test_vllm_backend_generates_what_the_hf_backend_generates(tmp_path):
     require_vllm()

@@ -1,4 +1,5 @@
-"""Benchmark data and models inside the container: found at the image's default, checked before submission."""
+"""Benchmark data and models inside the container: the image's shipped test sets or a bound copy, checked
+before submission."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from eval import benchmarks
 from jobs import sweep
-from jobs.container_paths import host_path, parse_bind, path_problems
+from jobs.container_paths import benchmarks_inside, host_path, parse_bind, path_problems
 from jobs.profiles import ContainerSpec, load_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,16 +33,20 @@ def test_host_path_follows_the_deepest_bind(tmp_path):
     assert host_path(prof.replace(container=None), "/elsewhere/x") == Path("/elsewhere/x")
 
 
-def test_an_installed_package_reads_benchmarks_from_the_image_default(monkeypatch, tmp_path):
-    monkeypatch.delenv(benchmarks.ENV_DIR, raising=False)
-    monkeypatch.setattr(benchmarks, "REPO_ROOT", tmp_path / "site-packages")  # no source checkout around
-    assert benchmarks.benchmarks_dir() == Path("/opt/populora/benchmarks")
+def test_a_container_job_with_no_copy_bound_reads_the_images_shipped_test_sets(tmp_path):
+    assert benchmarks_inside(with_binds([]), []) is None  # the image's eval/data: nothing to bind
+    assert path_problems(with_binds([]), with_binds([]), ["tiny"], []) == ([], [])
+    bound = with_binds([f"{tmp_path}:/opt/populora/benchmarks"])
+    assert benchmarks_inside(bound, []) == str(benchmarks.IMAGE_DIR)  # a user's copy bound over it
 
 
-def test_unbound_benchmark_data_is_an_error_naming_the_path_and_the_bind(tmp_path):
-    errors, _ = path_problems(with_binds([]), with_binds([]), ["tiny"], [])
-    assert len(errors) == 1 and "benchmark data /opt/populora/benchmarks: not visible" in errors[0]
-    assert "/path/to/benchmarks:/opt/populora/benchmarks" in errors[0]
+def test_a_users_copy_the_jobs_cannot_see_is_an_error_naming_the_path_and_the_bind(tmp_path):
+    unseen = with_binds([], POPULORA_BENCHMARKS_DIR="/data/bench")
+    errors, _ = path_problems(unseen, unseen, ["tiny"], [])
+    assert len(errors) == 1 and "benchmark data /data/bench: not visible" in errors[0]
+    assert "/path/to/benchmarks:/data/bench" in errors[0]
+    errors, _ = path_problems(with_binds([]), with_binds([]), ["tiny"], ["--data-dir", "/data/b2"])
+    assert errors and "benchmark data /data/b2: not visible" in errors[0]
 
 
 def test_bound_data_and_model_pass_and_a_missing_source_is_named(tmp_path):
@@ -66,14 +71,16 @@ def test_a_hub_id_warns_about_nodes_without_internet(tmp_path):
     assert path_problems(offline, offline, ["Qwen/Qwen2.5-Coder-7B"], []) == ([], [])
 
 
-def test_sweep_refuses_unbound_data_before_anything_is_written(tmp_path, monkeypatch):
+def test_sweep_refuses_data_the_jobs_cannot_read_before_anything_is_written(tmp_path, monkeypatch):
+    """The shipped test sets need nothing; LiveCodeBench's tests, the one download, are not there."""
     monkeypatch.setattr(sweep, "preflight", lambda profile: None)  # no Slurm or image on this machine
     plan = sweep.build_plan(sweep.load_spec(REPO / "configs" / "sweeps" / "populations-7b.yaml"), tmp_path / "sw",
                             validate=False)
-    with pytest.raises(sweep.SweepError, match="benchmark data /opt/populora/benchmarks: not visible"):
+    with pytest.raises(sweep.SweepError, match="benchmark livecodebench: LiveCodeBench release_v5: missing"):
         sweep.submit_sweep(plan)
     assert not (tmp_path / "sw").exists()
-    assert "would refuse to submit: benchmark data" in sweep.dry_run_text(plan)
+    text = sweep.dry_run_text(plan)
+    assert "would refuse to submit: benchmark livecodebench" in text and "benchmark gsm8k" not in text
 
 
 def test_a_dry_run_that_would_be_refused_exits_1(tmp_path, capsys):
@@ -82,5 +89,5 @@ def test_a_dry_run_that_would_be_refused_exits_1(tmp_path, capsys):
     args = build_parser().parse_args(["sweep", str(REPO / "configs" / "sweeps" / "populations-7b.yaml"),
                                       "--out", str(tmp_path / "sw"), "--dry-run"])
     assert args.func(args) == 1
-    assert "would refuse to submit: benchmark data" in capsys.readouterr().out
+    assert "would refuse to submit: benchmark livecodebench" in capsys.readouterr().out
     assert not (tmp_path / "sw").exists()

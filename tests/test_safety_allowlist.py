@@ -18,8 +18,9 @@ the interpreter reads on a class in C (``C_LOOKUPS``: the copy protocol's slot n
 hooks, ``__format__``, ``__class_getitem__``, ``__match_args__``...), each checked in every spelling
 that could set it; ``test_the_c_lookups_table_covers_every_special_name_of_the_interpreters_types``
 keeps the table complete for the running Python. What it does not read: C code that looks a name up
-on an object the program did not build (the runtime strip layer, ``populora/sandbox/strip.py``,
-makes whatever such a lookup could return lead nowhere).
+on an object the program did not build. The filter is AZR's task rule, not a security boundary: a
+program that gets past it is still held by the sandbox, whose children have no clock and no
+entropy (``docs/sandbox.md``, "Which layer guarantees what").
 """
 
 from __future__ import annotations

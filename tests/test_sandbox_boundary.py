@@ -58,15 +58,10 @@ def test_deep_tree_then_honest_programs_and_a_clean_close(mode):
     try:
         out = box.run(attack)
         assert out.reason == "runtime_error:OSError" or out.status == "timeout", out
-        # the next program finds an empty work directory and nothing at a predictable path
-        probe = box.run(
-            Program(
-                "import os\ndef f(x):\n    return [os.listdir('.'), os.path.exists('d')]",
-                calls=("0",),
-            )
-        )
-        listing, leftover = eval(probe.values[0])
-        assert listing == [] and leftover is False
+        # the next program finds nothing at the attack's path (a child cannot list or stat: it makes
+        # the directory the attack made, which fails if it is still there)
+        probe = box.run(Program("import os\ndef f(x):\n    os.mkdir('d')\n    return 1", calls=("0",)))
+        assert probe.values == ["1"], probe
         assert_honest_after(box)
         scratch = box.scratch
         assert [p.name for p in scratch.iterdir() if not p.name.endswith(".log")] == []
@@ -286,6 +281,42 @@ def test_no_value_of_the_previous_job_in_the_fork_server():
     assert "'size': 0" in text and "'cap': 0" in text  # the capture buffers were wiped
 
 
+FINGERPRINT = """import gc, sys
+def f(x):
+    frames, frame = [], sys._getframe(1)  # the frames above the program, the template's among them
+    while frame is not None:
+        frames.append((frame.f_code.co_name, sorted((k, repr(v)) for k, v in frame.f_locals.items())))
+        frame = frame.f_back
+    return [id(object()), repr(object()), id([]), id({}), id(1.5 + x), gc.get_count(), gc.get_stats(),
+            sys.getallocatedblocks(), len(gc.get_objects()), hash(repr(frames)), sys.orig_argv]
+"""
+
+
+def test_a_childs_memory_does_not_depend_on_what_ran_before():
+    """issue 37: children are forked from a template that never saw a job, so addresses, gc's
+    counters, the frames above the program and everything in them are the same for the same
+    program and seed whatever ran before it, on any server of that seed."""
+    needs_full()
+    probe = Program(FINGERPRINT, calls=("0",))
+    before = [
+        Program("def f(x):\n    print('y' * 9000)\n    return ['x'] * 500", calls=("0",)),
+        Program("def f(x):\n    return {i: [i] * 50 for i in range(x)}", calls=tuple(str(i) for i in range(40))),
+        Program("def f(x):\n    raise ValueError(x)", calls=("1",)),
+        Program("import os\ndef f(x):\n    os._exit(3)", calls=("0",)),
+    ]
+    with Sandbox(limits=LIMITS, workers=2, hash_seed=11) as box:
+        outs = box.run_many([probe, *before, probe, *before[::-1], *before, probe])
+        again = box.run_many([*before, probe])  # another batch, maybe on the other lane's server
+    with Sandbox(limits=LIMITS, workers=1, hash_seed=11) as other:  # another sandbox, the same seed
+        elsewhere = other.run(probe)
+    with Sandbox(limits=LIMITS, workers=1, hash_seed=12) as reseeded:
+        reseeded_out = reseeded.run(probe)
+    prints = [o.values for o in (outs[0], outs[5], outs[-1], again[-1], elsewhere)]
+    assert all(o.ok for o in (outs[0], outs[5], outs[-1], again[-1], elsewhere)), prints
+    assert all(p == prints[0] for p in prints), prints
+    assert reseeded_out.values != prints[0]  # the layout is drawn from the seed
+
+
 @pytest.mark.slow
 def test_a_result_too_large_for_one_answer_is_output_too_large():
     needs_full()
@@ -354,7 +385,7 @@ def test_replicas_cannot_agree_on_a_random_value(monkeypatch, without):
     program = corpus_program("replicas_flock_agree").source
     proposals = [Proposal(type="code_o", program=program, inputs=("0",)) for _ in range(2)]
     with Sandbox(limits=LIMITS, workers=2, without=without) as box:
-        verdicts = validation.validate_many(proposals, box, TaskEnv(strip=False))  # no strip layer either
+        verdicts = validation.validate_many(proposals, box, TaskEnv())
         assert [v.valid for v in verdicts] == [False, False], verdicts
         expected = "runtime_error:PermissionError" if not without else "nondeterministic"
         assert {v.reason for v in verdicts} == {expected}

@@ -156,7 +156,7 @@ def test_hostile_corpus_is_contained(monkeypatch):
         elapsed = time.monotonic() - start
         wrong = []
         for (name, _, alternatives, values), outcome in zip(cases, outcomes):
-            if not matches(outcome, alternatives) or (values is not None and outcome.values != values):
+            if not matches(outcome, alternatives) or (values is not None and outcome.ok and outcome.values != values):
                 wrong.append(
                     f"{name}: got {outcome.status}/{outcome.reason} {outcome.values} ({outcome.detail})"
                 )
@@ -167,15 +167,6 @@ def test_hostile_corpus_is_contained(monkeypatch):
             assert is_sandbox_reason(outcome.reason), (name, outcome.reason)
             assert len(outcome.detail) <= MAX_DETAIL and outcome.detail.isprintable(), name
         assert not wrong, "\n".join(wrong)
-        # the programs that say what the runtime strip layer makes of them, run with it (no filter)
-        meta = load_meta()
-        stripped = [(name, dataclasses.replace(program, strip=True), alternatives_of(meta[name]["stripped"]))
-                    for name, program, _, _ in cases if "stripped" in meta[name]]
-        for (name, _, alternatives), outcome in zip(stripped, sb.run_many([p for _, p, _ in stripped])):
-            if not matches(outcome, alternatives):
-                wrong.append(f"{name} (stripped): got {outcome.status}/{outcome.reason} ({outcome.detail})")
-        assert not wrong, "\n".join(wrong)
-        assert len(stripped) >= 10
         # bounded time: 2 lanes, every timeout costs at most about the wall limit
         n_timeouts = sum(o.status == "timeout" for o in outcomes)
         assert elapsed < (n_timeouts * LIMITS.wall_seconds) / 2 + 30
@@ -244,35 +235,127 @@ def test_tasks_validate_cli_handles_the_corpus_without_harm(tmp_path):
             assert r["valid"] is False and str(r["reason"]).startswith("banned:"), (name, r)
         if name in meta and "filter" in meta[name]:
             assert r["reason"] == meta[name]["filter"], (name, r)
-        if name in meta and "validate" in meta[name]:
+        if name in meta and "validate" in meta[name] and not may_be_valid(meta[name]):
             assert r["valid"] is False, (name, r)
     assert not pwned_files()
     assert processes_mentioning(str(tmp_path)) == []
 
 
+def may_be_valid(meta: dict[str, str]) -> bool:
+    """Whether a program's ``validate`` header accepts a valid task (then its own program must be
+    judged right by the checker, and the re-run must confirm it)."""
+    return "valid" in [r for _, r in alternatives_of(meta["validate"])]
+
+
+def own_answer(task) -> str:
+    """The answer a task's own program gives, as a student would write it: the program (code_f),
+    the gold input (code_i) or the gold output (code_o)."""
+    payload = {"code_f": task.program, "code_i": task.input}.get(task.type, task.output)
+    block = {"code_f": "python", "code_i": "input"}.get(task.type, "output")
+    return f"<answer>\n```{block}\n{payload}\n```\n</answer>"
+
+
 @pytest.mark.slow
 def test_determinism_families_through_validation_alone(monkeypatch):
-    """issue 32's determinism families through the validator with the AST check switched off and no
-    strip layer (the sandbox and the determinism check alone), each followed by honest proposals
-    on the same sandbox that must all be valid tasks."""
+    """issue 32's and 37's determinism families through the validator with the AST check switched
+    off (the sandbox and the determinism check alone), in one batch (one step: four fresh seeds),
+    each attack followed by an honest proposal that must be a valid task. A program may end valid
+    only where its header says so, and then, run as a student's answer, its own program must be
+    judged right by the checker (one semantics, issue 37) and the check stage's re-run must confirm
+    its gold."""
     if isolation_mode() != "full":
         pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
     from populora.tasks import programs, validation
+    from populora.tasks.checking import check_and_rerun
     from populora.tasks.config import TaskEnv
     from populora.tasks.records import Proposal
 
     monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
     meta = load_meta()
-    env = TaskEnv(strip=False)
-    honest = [Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",)) for i in range(3)]
-    cases = [(name, program) for name, program, _, _ in load_corpus() if "validate" in meta[name]]
-    assert len(cases) >= 4
+    env = TaskEnv(require_think=False)
+    cases = [(name, program) for name, program, _, _ in load_corpus()
+             if "validate" in meta[name] and "limits" not in meta[name]]
+    assert len(cases) >= 30
+    batch = []
+    for i, (name, program) in enumerate(cases):
+        task = meta[name].get("task", "code_o")
+        inputs = program.calls if task == "code_f" else program.calls[:1]
+        batch.append(Proposal(type=task, program=program.source, inputs=inputs, message="m", step=1))
+        batch.append(Proposal(type="code_o", program=HONEST_CLI, inputs=(f"[{i}, 1, 2]",), step=1))
+    # one batch: nothing of one program can reach another (each input alone, each in a child of its
+    # own, forked from a template that holds no state of any program)
     with Sandbox(limits=LIMITS, workers=2) as sb:
-        for step, (name, program) in enumerate(cases, start=1):
-            task = meta[name].get("task", "code_o")
-            inputs = program.calls if task == "code_f" else program.calls[:1]
-            attack = Proposal(type=task, program=program.source, inputs=inputs, message="m", step=step)
-            verdicts = validation.validate_many([attack, *honest], sb, env)
+        verdicts = validation.validate_many(batch, sb, env)
+        for (name, _), attack, honest in zip(cases, verdicts[0::2], verdicts[1::2]):
             allowed = [r for _, r in alternatives_of(meta[name]["validate"])]
-            assert not verdicts[0].valid and verdicts[0].reason in allowed, (name, verdicts[0])
-            assert all(v.valid for v in verdicts[1:]), (name, verdicts[1:])
+            assert (attack.reason or "valid") in allowed, (name, attack)
+            assert honest.valid, (name, honest)
+        valid = [(name, v.task) for (name, _), v in zip(cases, verdicts[0::2]) if v.valid]
+        judgements, changed = check_and_rerun([(t, own_answer(t)) for _, t in valid], [t for _, t in valid], sb, env)
+    for (name, t), judgement in zip(valid, judgements):
+        assert judgement.correct and t.id not in changed, (name, judgement, changed)
+
+
+def test_time_bombs_do_not_go_off():
+    """issue 37: programs that read every clock still left to them (the frozen monotonic clocks,
+    timestamps in the memory they inherit) give the same answer seconds apart."""
+    if isolation_mode() != "full":
+        pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
+    meta = load_meta()
+    programs = [program for name, program, _, _ in load_corpus() if "steady" in meta[name]]
+    assert len(programs) >= 2
+    with Sandbox(limits=LIMITS, workers=1) as sb:
+        first = sb.run_many(programs)
+        time.sleep(1.5)
+        later = sb.run_many(programs)
+    assert all(o.ok for o in first), first
+    assert [o.values for o in first] == [o.values for o in later]
+
+
+@pytest.mark.slow
+def test_gold_limits_families_are_judged_only_under_their_own_limits(monkeypatch):
+    """issue 37: programs whose gold depends on a sandbox limit (``# limits:``, a list of overrides of
+    ``LIMITS``; the first is the one they are validated under), with the AST check off. If valid, the
+    task records its limits; under the same limits the checker judges its own program right and the re-run confirms its gold; under every other limit the checker refuses
+    (``limits_changed:<field>``) and re-runs nothing: never judged against a student under other
+    limits."""
+    if isolation_mode() != "full":
+        pytest.skip(f"expectations are for full isolation; this platform gives {isolation_mode()!r}")
+    from populora.tasks import programs, validation
+    from populora.tasks.checking import check_and_rerun
+    from populora.tasks.config import TaskEnv
+    from populora.tasks.records import GoldLimits, Proposal
+
+    monkeypatch.setattr(programs, "check_program", lambda *a, **k: None)
+    meta = load_meta()
+    env = TaskEnv(require_think=False)
+    cases = [(name, program) for name, program, _, _ in load_corpus() if "limits" in meta[name]]
+    assert len(cases) >= 2
+    variants = sorted({json.dumps(v, sort_keys=True) for name, _ in cases for v in json.loads(meta[name]["limits"])})
+    sandboxes = {v: Sandbox(limits=dataclasses.replace(LIMITS, **json.loads(v)), workers=2) for v in variants}
+    try:
+        for step, (name, program) in enumerate(cases, start=1):
+            kind = meta[name].get("task", "code_o")
+            first, *others = [json.dumps(v, sort_keys=True) for v in json.loads(meta[name]["limits"])]
+            inputs = program.calls if kind == "code_f" else program.calls[:1]
+            attack = Proposal(type=kind, program=program.source, inputs=inputs, message="m", step=step)
+            (verdict,) = validation.validate_many([attack], sandboxes[first], env)
+            assert (verdict.reason or "valid") in [r for _, r in alternatives_of(meta[name]["validate"])], name
+            if not verdict.valid:
+                continue
+            assert verdict.task.limits == GoldLimits.of(sandboxes[first].limits), name
+            for limits in (first, *others):
+                (judgement,), changed = check_and_rerun([(verdict.task, own_answer(verdict.task))], [verdict.task],
+                                                        sandboxes[limits], env)
+                if limits == first:
+                    assert judgement.correct and not changed, (name, limits, judgement, changed)
+                else:
+                    assert not judgement.correct and judgement.reason.startswith("limits_changed:"), (name, judgement)
+                    assert not changed, name  # refused, not re-run: nothing to say about its determinism
+                    # the danger it guards against: without the record, the same answer judged wrong there
+                    legacy = dataclasses.replace(verdict.task, limits=None)
+                    (judged,), _ = check_and_rerun([(legacy, own_answer(legacy))], [], sandboxes[limits], env)
+                    assert judged.reason == "wrong", (name, judged)
+    finally:
+        for sb in sandboxes.values():
+            sb.close()

@@ -195,3 +195,30 @@ def test_a_rerun_outcome_the_program_can_choose_is_a_change():
              n_shown=1)
     assert checking.rerun_changed(f, Outcome("ok", None, ["1", "2", "3"])) is False
     assert checking.rerun_changed(f, Outcome("ok", None, ["1", "2", "4"])) is True
+
+
+def test_a_task_whose_gold_was_computed_under_other_limits_is_refused_and_counts_for_nothing():
+    """issue 37: a task records the sandbox limits of its gold; a checker with other limits (a run
+    resumed with another sandbox.memory_mb) refuses its answers (limits_changed:<field>), runs
+    nothing for it, and the stage counts them for nothing; a task without the record (written
+    before issue 37) is judged as before."""
+    from dataclasses import replace
+
+    from populora.sandbox import SandboxLimits
+    from populora.tasks.records import GoldLimits
+
+    sandbox = _Rerun("1")
+    sandbox.limits = SandboxLimits(memory_mb=512)
+    right = "<answer>\n```output\n1\n```\n</answer>"
+    ours = replace(task(0), limits=GoldLimits.of(SandboxLimits(memory_mb=512)))
+    other = replace(task(0), id="code_o-9", limits=GoldLimits.of(SandboxLimits(memory_mb=256)))
+    legacy = replace(task(0), id="code_o-8")
+    groups = [SolveGroup(i, "s0", t, False, gen(right, n=2)) for i, t in enumerate((ours, other, legacy))]
+    out = stages.check(groups, sandbox, ENV)[0]
+    assert [[a.reason for a in g.attempts] for g in out] == [[None] * 2, ["limits_changed:memory_mb"] * 2, [None] * 2]
+    assert [p.calls for p in sandbox.programs] == [("1",), ("1",)]  # the refused task is not re-run
+    assert out[1].rho is None and not out[1].scored and stages.solve_rates(out) == {("s0", "code_o-0"): 1.0,
+                                                                                    ("s0", "code_o-8"): 1.0}
+    assert stages.refused_tasks(out) == {"code_o-9"} and stages.nondeterministic_tasks(out) == frozenset()
+    batches, _ = stages.training_batches(MEMBERS, [], out, CFG, random.Random(0))
+    assert all(s.reward == 1.0 for s in batches["s0"])  # no sequence of the refused task

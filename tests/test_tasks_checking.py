@@ -180,7 +180,7 @@ CHOSEN = {  # each program's re-run ends in an outcome it chose; validation had 
     "cpu": "def f(x):\n    while True:\n        x += 1",
     "exit": "def f(x):\n    raise SystemExit(0)",
     "exit_code": "import os\ndef f(x):\n    os._exit(121)",  # the code of a failed setup, forged
-    "stall": "import time\ndef f(x):\n    time.sleep(60)",
+    "stall": "import signal\ndef f(x):\n    signal.pause()",
     "lying_repr": ("class L(str):\n    def __len__(self):\n        return 1\nclass B:\n"
                    "    def __repr__(self):\n        return L('1' * 3_000_000)\ndef f(x):\n    return B()"),
     "signal": "import os, signal\ndef f(x):\n    os.kill(os.getpid(), signal.SIGSEGV)",
@@ -190,7 +190,7 @@ CHOSEN = {  # each program's re-run ends in an outcome it chose; validation had 
 def test_a_rerun_outcome_the_program_chose_makes_the_task_nondeterministic():
     from populora.tasks.checking import check_and_rerun
 
-    env = ENV.replace(strip=False)  # os, time and signal for the programs (the AST check is not run here)
+    env = ENV  # os and signal for the programs (the AST check is not run here)
     tasks = [rerun_task(name, program) for name, program in CHOSEN.items()]
     honest = rerun_task("honest", "def f(x):\n    return x")
     with Sandbox(limits=SandboxLimits(wall_seconds=1.0, cpu_seconds=1), workers=2) as sb:
@@ -198,7 +198,7 @@ def test_a_rerun_outcome_the_program_chose_makes_the_task_nondeterministic():
     assert changed == set(CHOSEN), changed ^ set(CHOSEN)
 
 
-def test_the_rerun_runs_under_its_own_seed_stripped_and_in_a_drawn_order(sandbox):
+def test_the_rerun_runs_under_its_own_seed_and_each_input_alone(sandbox):
     from populora.tasks.checking import check_and_rerun
     from populora.tasks.determinism import replica_seed
 
@@ -215,8 +215,24 @@ def test_the_rerun_runs_under_its_own_seed_stripped_and_in_a_drawn_order(sandbox
     _, changed = check_and_rerun([], [f_task, rerun_task("o", "def f(x):\n    return x")], Recording(), ENV)
     assert changed == frozenset()
     assert {p.hash_seed for p in seen} == {replica_seed(sandbox.hash_seed, 9, max(ENV.replicas) + 1)}
-    assert all(p.strip for p in seen)
+    assert [p.calls for p in seen] == [(i,) for i in F_TASK.inputs] + [("1",)]  # each gold input alone
+    seen.clear()
+    _, changed = check_and_rerun([], [f_task], Recording(), ENV.replace(calls="first_alone"))  # issue 32's
+    assert changed == frozenset() and len(seen) == 1
     assert sorted(seen[0].calls) == sorted(F_TASK.inputs) and seen[0].calls != F_TASK.inputs
+
+
+def test_the_checker_runs_each_hidden_input_alone(sandbox):
+    """issue 37: the checker runs a student's program as validation ran the task's: one fresh child
+    per hidden input (issue 32's layout ran them all in one child)."""
+    rec = RecordingSandbox(sandbox)
+    seen = []
+    rec.run_many = lambda programs: seen.extend(programs) or sandbox.run_many(programs)
+    (j,) = check_many([(F_TASK, ans("python", "def f(n):\n    return n * n"))], rec, ENV)
+    assert j.correct and [p.calls for p in seen] == [(i,) for i, _ in F_TASK.hidden_pairs]
+    seen.clear()
+    (j,) = check_many([(F_TASK, ans("python", "def f(n):\n    return n * n"))], rec, ENV.replace(calls="together"))
+    assert j.correct and [p.calls for p in seen] == [tuple(i for i, _ in F_TASK.hidden_pairs)]
 
 
 def test_only_a_starved_timeout_is_the_hosts():

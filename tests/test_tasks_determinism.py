@@ -25,12 +25,30 @@ def test_replica_seeds_are_a_pure_function_of_run_seed_step_and_replica():
     assert rerun_replica((0, 1, 2, 3)) == 4 and rerun_replica((5, 2)) == 6
 
 
+def test_every_execution_runs_each_input_alone_and_the_old_layouts_stay_measurable():
+    """issue 37: one semantics everywhere; issue 32's layout (first execution alone, the others in one
+    child in a drawn order) and the one before it are kept for the benchmark."""
+    from populora.tasks.determinism import execution_programs, rerun_programs
+
+    inputs = tuple(str(i) for i in range(10))
+    for k in range(4):
+        progs, order = execution_programs("p", inputs, k, k, 5, TaskEnv())
+        assert order is None and [p.calls for p in progs] == [(i,) for i in inputs]
+    progs, order = rerun_programs("p", inputs, TaskEnv(), 1, 2)
+    assert order is None and [p.calls for p in progs] == [(i,) for i in inputs]
+    assert execution_programs("p", ("1",), 2, 2, 5, TaskEnv())[0][0].calls == ("1",)  # one input: one child
+    first_alone = TaskEnv(calls="first_alone")
+    assert len(execution_programs("p", inputs, 0, 0, 5, first_alone)[0]) == 10
+    progs, order = execution_programs("p", inputs, 1, 1, 5, first_alone)
+    assert len(progs) == 1 and progs[0].calls == tuple(inputs[i] for i in order) and order != sorted(order)
+
+
 def test_call_orders_are_drawn_from_the_seed_and_undone_by_merged():
-    env = TaskEnv()
+    env = TaskEnv(calls="first_alone")
     orders = [call_order(10, k, replica_seed(1, 2, k), env) for k in range(1, 4)]
     assert all(sorted(o) == list(range(10)) for o in orders) and len({tuple(o) for o in orders}) == 3
     assert call_order(10, 2, 99, env) == call_order(10, 2, 99, env)
-    assert call_order(4, 1, 99, TaskEnv(isolated_calls=False)) == [3, 2, 1, 0]  # the old layout
+    assert call_order(4, 1, 99, TaskEnv(calls="together")) == [3, 2, 1, 0]  # the layout before issue 32
     order = orders[0]
     out = merged([Outcome("ok", values=[f"v{i}" for i in order])], order)
     assert out.values == [f"v{i}" for i in range(10)]
@@ -40,7 +58,7 @@ def test_call_orders_are_drawn_from_the_seed_and_undone_by_merged():
 
 
 def test_task_settings_are_checked():
-    for key, value in (("replica_seeds", "random"), ("isolated_calls", "yes"), ("early_stop", 1), ("strip", None)):
+    for key, value in (("replica_seeds", "random"), ("calls", "sometimes"), ("early_stop", 1)):
         with pytest.raises(ValueError, match=f"tasks.{key}"):
             TaskEnv(**{key: value})
 
@@ -62,7 +80,7 @@ def test_list_of_a_set_of_three_words_is_rejected_at_least_99_percent_of_the_tim
             inputs = [repr(["".join(rng.choice(letters) for _ in range(6)) for _ in range(3)]) for _ in range(300)]
             proposals = [Proposal(type=CODE_O, program=program, inputs=(i,), step=step) for i in inputs]
             new += validate_many(proposals, sb)
-            old += validate_many(proposals, sb, TaskEnv(replicas=(0, 1), replica_seeds="fixed", isolated_calls=False))
+            old += validate_many(proposals, sb, TaskEnv(replicas=(0, 1), replica_seeds="fixed", calls="together"))
     rate = sum(v.reason == "nondeterministic" for v in new) / len(new)
     old_rate = sum(v.reason == "nondeterministic" for v in old) / len(old)
     print(f"list(set(3 words)), {len(new)} inputs: rejected {rate:.2%} (four seeds per step), "

@@ -70,6 +70,27 @@ def test_json_round_trips():
         Task.from_json({"id": "x", "type": CODE_O, "program": "", "bogus": 1})
 
 
+@pytest.mark.parametrize("key, value, says", [
+    ("program", 5, "'program' must be a string, got int"),
+    ("inputs", ["1", 2], "'inputs' must be a list of strings, got int at [1]"),
+    ("inputs", "12", "'inputs' must be a list of strings, got str"),
+    ("step", -1, "'step' must be a whole number"),
+    ("step", 1 << 64, "'step' must be a whole number"),
+    ("step", True, "'step' must be a whole number"),
+    ("n_shown", 2.5, "'n_shown' must be a whole number"),
+    ("n_shown", 0, "'n_shown' must leave shown and hidden pairs among 10 inputs, got 0"),
+])
+def test_a_record_read_from_json_has_its_fields_types_or_names_the_field(key, value, says):
+    """issue 37: a task record whose inputs were numbers reached the sandbox (the child exited 123)."""
+    from populora.tasks.records import RecordFieldError
+
+    with pytest.raises(RecordFieldError) as err:
+        Task.from_json({**F_TASK.to_json(), key: value})
+    assert str(err.value).startswith(says) and err.value.field == key
+    with pytest.raises(RecordFieldError, match="'score' must be a finite number"):
+        Attempt.from_json({"task_id": "t", "student_id": "s", "completion": "", "score": float("nan")})
+
+
 def test_code_f_split_and_checks():
     assert F_TASK.shown_pairs == [(str(i), str(i * i)) for i in range(5)]
     assert F_TASK.hidden_pairs == [(str(i), str(i * i)) for i in range(5, 10)]
@@ -138,3 +159,26 @@ def test_buffers_json_and_programs():
     assert list(again[CODE_F]) == [F_TASK]
     assert again.sample_program(0) == _task(1).program
     assert len(again.references(CODE_O, 6, 0)) == 1
+
+
+def test_gold_limits_round_trip_and_old_records_read_without_them():
+    """issue 37: a task records the sandbox limits of its gold; a record written before (no
+    ``limits`` key: buffers, checkpoints, task logs) reads as a task without them."""
+    from populora.sandbox import SandboxLimits
+    from populora.tasks.records import GoldLimits, RecordFieldError, reason_kind
+
+    limits = GoldLimits.of(SandboxLimits(memory_mb=256, wall_seconds=2.5))
+    task = Task(id="x", type=CODE_O, program="def f(x):\n    return x", input="1", output="1", limits=limits)
+    data = json.loads(json.dumps(task.to_json()))
+    assert data["limits"]["memory_mb"] == 256 and Task.from_json(data) == task
+    old = {k: v for k, v in data.items() if k != "limits"}
+    assert Task.from_json(old).limits is None and Task.from_json({**data, "limits": None}).limits is None
+    assert limits.first_difference(GoldLimits.of(SandboxLimits(memory_mb=512, wall_seconds=2.5))) == "memory_mb"
+    assert limits.first_difference(GoldLimits.of(SandboxLimits(memory_mb=256, wall_seconds=2.5, workers=7))) is None
+    assert GoldLimits.of(None) is None and GoldLimits.of(object()) is None
+    for bad, says in (({**data["limits"], "memory_mb": -1}, "'limits.memory_mb' must be a whole number"),
+                      ({**data["limits"], "network": "no"}, "'limits.network' must be true or false"),
+                      ({"memory_mb": 1}, "'limits' lacks"), (5, "'limits' must be a JSON object")):
+        with pytest.raises(RecordFieldError, match=says):
+            Task.from_json({**data, "limits": bad})
+    assert reason_kind("limits_changed:memory_mb") == "limits_changed"

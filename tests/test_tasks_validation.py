@@ -46,6 +46,9 @@ def test_valid_code_o_and_code_i(sandbox):
     t = vs[1].task
     assert (t.type, t.input, t.output, t.teacher_id, t.step) == (CODE_I, "'abc'", "'cba'", "t", 3)
     assert t.id.startswith("code_i-")
+    from populora.tasks.records import GoldLimits
+
+    assert t.limits == GoldLimits.of(sandbox.limits) and t.limits.memory_mb == sandbox.limits.memory_mb  # issue 37
 
 
 def test_one_batch_per_replica_in_turns(sandbox):
@@ -60,9 +63,8 @@ def test_one_batch_per_replica_in_turns(sandbox):
     assert len(rec.batches) == len(TaskEnv().replicas) == 4
     for k, batch in enumerate(rec.batches):
         assert [p.replica for p in batch] == [k] * 5  # 5 runnable proposals; the banned one never runs
-        # the seeds of step 3 of the sandbox's run seed; every program runs stripped
+        # the seeds of step 3 of the sandbox's run seed
         assert {p.hash_seed for p in batch} == {replica_seed(sandbox.hash_seed, 3, k)}
-        assert all(p.strip for p in batch)
     assert [v.valid for v in vs] == [True] * 5 + [False]
     assert validate_many([io("import os\ndef f(x):\n    return x", "1")], rec)[0].reason == "banned:os"
     assert len(rec.batches) == 4  # nothing to run -> no sandbox call
@@ -205,43 +207,48 @@ def test_seed_set_is_valid(sandbox):
     assert len(bufs[CODE_F]) == 0 and bufs.sample_program(1) in {p for p, _ in SEED_PROGRAMS}
 
 
-def test_code_f_outputs_must_not_depend_on_earlier_calls(sandbox):
+def test_code_f_runs_each_input_alone_in_every_execution(sandbox):
+    """issue 37: validation computes every code_f output with f on that input alone, in all four
+    executions, so state kept between calls has one meaning: the one the checker gives it."""
     stateful = "calls = []\n\ndef f(n):\n    calls.append(n)\n    return n + len(calls)"
     cached = "cache = {}\n\ndef f(n):\n    if n not in cache:\n        cache[n] = n * 3\n    return cache[n]"
     rec = RecordingSandbox(sandbox)
-    bad, ok = validate_many(
+    counted, ok = validate_many(
         [
             code_f([str(i) for i in range(10)], program=stateful),
             code_f([str(i) for i in range(10)], program=cached),
         ],
         rec,
     )
-    assert (bad.valid, bad.reason) == (False, "nondeterministic")
-    assert ok.valid and ok.outputs == tuple(
-        str(3 * i) for i in range(10)
-    )  # state that does not change outputs is fine
-    # the first execution: each input alone, in a child of its own; the others: one child each, the
-    # calls in an order drawn from the execution's seed
-    first = rec.batches[0]
-    assert len(first) == 20 and all(len(p.calls) == 1 for p in first)
-    assert [p.calls[0] for p in first[10:]] == [str(i) for i in range(10)]
-    later = [batch[-1].calls for batch in rec.batches[1:]]
-    assert all(sorted(calls, key=int) == [str(i) for i in range(10)] for calls in later)
-    assert len(set(later)) == len(later)  # a different order in each
-
-
-def test_symmetric_call_order_tricks_are_caught(sandbox):
-    """issue 32: an output that depends on how many times f was called, symmetrically (the k-th call
-    from either end), passed both orders of the layout before; each input alone does not."""
-    program = (
-        "calls = []\n\ndef f(n):\n    calls.append(n)\n"
-        "    return n + (100 if len(calls) in (1, 10) else 0)"
-    )
-    (v,) = validate_many([code_f([str(i) for i in range(10)], program=program)], sandbox)
+    assert counted.valid and counted.outputs == tuple(str(i + 1) for i in range(10))  # each call is the first
+    assert ok.valid and ok.outputs == tuple(str(3 * i) for i in range(10))
+    assert [len(batch) for batch in rec.batches] == [20] * 4
+    assert all(len(p.calls) == 1 for batch in rec.batches for p in batch)
+    # issue 32's layout ran the later executions in one child, in a drawn order: the count showed
+    (v,) = validate_many([code_f([str(i) for i in range(10)], program=stateful)], sandbox,
+                         TaskEnv(calls="first_alone"))
     assert (v.valid, v.reason) == (False, "nondeterministic")
-    old = TaskEnv(replicas=(0, 1), replica_seeds="fixed", isolated_calls=False)
-    (fooled,) = validate_many([code_f([str(i) for i in range(10)], program=program)], sandbox, old)
-    assert fooled.valid  # what the layout before issue 32 accepted
+
+
+def test_call_history_tricks_have_one_meaning(sandbox):
+    """issue 32's symmetric trick (+100 on the first and the tenth call) and issue 37's (another output
+    from the fifth call on): each input alone, every call is the first, in validation as in the
+    checker, so the task is what f gives alone and its own program is right. The layout before issue
+    32 computed gold outputs that f alone does not give."""
+    from populora.tasks.checking import check_many
+
+    symmetric = "calls = []\n\ndef f(n):\n    calls.append(n)\n    return n + (100 if len(calls) in (1, 10) else 0)"
+    fifth = "calls = []\n\ndef f(n):\n    calls.append(n)\n    return n if len(calls) < 5 else -n"
+    env = TaskEnv(require_think=False)
+    inputs = [str(i) for i in range(10)]
+    verdicts = validate_many([code_f(inputs, program=symmetric), code_f(inputs, program=fifth)], sandbox, env)
+    assert [v.outputs for v in verdicts] == [tuple(str(i + 100) for i in range(10)), tuple(inputs)]
+    judgements = check_many([(v.task, f"<answer>\n```python\n{p}\n```\n</answer>")
+                             for v, p in zip(verdicts, (symmetric, fifth))], sandbox, env)
+    assert all(j.correct for j in judgements), judgements
+    old = TaskEnv(replicas=(0, 1), replica_seeds="fixed", calls="together")
+    (fooled,) = validate_many([code_f([str(i) for i in range(10)], program=symmetric)], sandbox, old)
+    assert fooled.valid and fooled.outputs != tuple(str(i + 100) for i in range(10))  # not f alone
 
 
 # --- reason kinds: a fixed set (metric names are built from them) ---------------------------------

@@ -144,14 +144,19 @@ def test_seeded_sampling_depends_on_the_seed_and_the_request_index_only(be):
     assert full[0].completions[0].token_ids != full[0].completions[1].token_ids  # n samples differ
 
 
-def test_the_zero_adapter_workaround_is_what_keeps_base_rows_right(tmp_path, be):
+def test_the_zero_adapter_workaround_keeps_base_rows_right_and_a_dead_engine_is_an_engine_failure(tmp_path, be):
     """vLLM's CPU LoRA ops give a base-model row the last slot's adapter once every slot has been used
     (docs/backends.md). Without the workaround and with exactly one slot per adapter, base rows come
     out as an adapter's; the engine in ``be`` (workaround on) gets them right. If this test fails on
     its first assertion, the installed vLLM has fixed the bug and the workaround can go.
 
     The second engine also runs with another ``EngineContext`` seed: unseeded samples of the same
-    prompts differ between the two engines (ranks do not repeat each other)."""
+    prompts differ between the two engines (ranks do not repeat each other). Then its process is
+    killed: the next generate is an ``EngineFailure`` that names the process and the signal."""
+    import signal
+
+    from populora.policy.engine import EngineFailure
+
     other = _backend(tmp_path, context=EngineContext(seed=engine_seed(0, 1), rank=1))
     try:
         other.engine.base_via_zero_adapter = False  # the engine as it would be without the workaround
@@ -170,24 +175,14 @@ def test_the_zero_adapter_workaround_is_what_keeps_base_rows_right(tmp_path, be)
         mine = _tokens(be.generate([Req(PROMPTS[0], None)] * 2, sample))
         theirs = _tokens(other.generate([Req(PROMPTS[0], None)] * 2, sample))
         assert mine != theirs
-    finally:
-        other.close()
 
-
-def test_the_engine_runs_in_its_own_processes_and_a_dead_one_is_an_engine_failure(tmp_path):
-    """Killing the engine's process turns the next generate into an EngineFailure that names it."""
-    import signal
-
-    from populora.policy.engine import EngineFailure
-
-    be = _backend(tmp_path)
-    try:
-        be.generate([Req(PROMPTS[0], "t0")], GREEDY)
-        pids = be.engine.process_ids()
+        # the engine runs in its own processes, and a dead one is an engine failure that names it
+        # (on this second engine, not a third: an engine start is the cost of these tests)
+        pids = other.engine.process_ids()
         assert pids and os.getpid() not in pids
         os.kill(pids[0], signal.SIGKILL)
-        with pytest.raises(EngineFailure, match=r"vllm engine \(cpu\) of rank 0: .*pid \d+.*died \(killed by SIGKILL\)"):
+        with pytest.raises(EngineFailure, match=r"vllm engine \(cpu\) of rank 1: .*pid \d+.*died \(killed by SIGKILL\)"):
             for _ in range(50):  # the first call may still be answered before the kill is noticed
-                be.generate([Req(PROMPTS[0], "t0")], GREEDY)
+                other.generate([Req(PROMPTS[0], "t0")], GREEDY)
     finally:
-        be.close()
+        other.close()

@@ -1,11 +1,11 @@
 """Hooks of the ``populora_*`` lm-eval math tasks: the same gold answers, prompt text and
-math-verify scoring as ``populora eval`` (``eval.benchmarks`` readers, ``eval.prompts``,
-``eval.math_answers``)."""
+math-verify scoring as ``populora eval`` (``eval.benchmarks`` readers, ``eval.benchmarks.prompts``,
+``eval.benchmarks.math_answers``)."""
 
 from __future__ import annotations
 
 from eval.benchmarks import BENCHMARKS
-from eval.math_answers import is_correct, math_instruction
+from eval.benchmarks.math_answers import is_correct, math_instruction
 
 
 def _process(bench: str):

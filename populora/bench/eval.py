@@ -18,7 +18,7 @@ differences of batched padding).
 Sampling, side by side in one run, on one engine (started once, before timing; its
 ``max_batch_size`` holds every row of the sampled pass, the same engine serves both arms), the same
 adapters, HumanEval+ items and token budget, through ``populora eval``'s own code
-(``eval.pipeline.evaluate_runs`` with the engine passed in, every pending request in one call):
+(``eval.runner.pipeline.evaluate_runs`` with the engine passed in, every pending request in one call):
 
 - sampled: one evaluation with ``--samples N`` (temperature 0.6, top-p 0.95): every adapter's N
   samples of every item generated in the same batches, then merged and scored in one scorer call;
@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--items", type=int, default=8, help="first N HumanEval+ problems")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
+    p.add_argument("--data-dir", help="a directory with your own copy of the benchmark files (default: $POPULORA_BENCHMARKS_DIR, else the shipped eval/data)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,10 +81,10 @@ def run_generation(args: argparse.Namespace) -> int:
     import torch
 
     from eval.benchmarks import load_items
-    from eval.engine import make_engine
-    from eval.prompts import build_prompt
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.benchmarks.prompts import build_prompt
+    from eval.runner.engine import make_engine
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
     from populora.policy.base import GenerationRequest, SamplingParams
     from populora.policy.config import PolicyConfig
 
@@ -145,12 +145,12 @@ def run_sampling(args: argparse.Namespace) -> int:
 
     import torch
 
-    from eval.decoding import Decoding
-    from eval.engine import make_engine
-    from eval.generate import read_records
-    from eval.pipeline import evaluate_runs
-    from eval.runs import init_run
-    from eval.settings import EvalSettings
+    from eval.runner.decoding import Decoding
+    from eval.runner.engine import make_engine
+    from eval.runner.generate import read_records
+    from eval.runner.pipeline import evaluate_runs
+    from eval.runner.runs import init_run
+    from eval.runner.settings import EvalSettings
     from populora.policy.config import PolicyConfig
 
     torch.manual_seed(0)
@@ -169,7 +169,7 @@ def run_sampling(args: argparse.Namespace) -> int:
                             check_base=False)
 
     from eval.benchmarks import load_items
-    from eval.evalplus import prepare_program, solution_source
+    from eval.benchmarks.evalplus import prepare_program, solution_source
 
     items = {it.item_id: it for it in load_items("humaneval_plus", data_dir=args.data_dir)}
 
@@ -252,8 +252,7 @@ def run_scoring(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from eval.evalplus import _dataset_copy, canonical_solutions
-    from eval.settings import evalplus_default_parallel
+    from eval.benchmarks.evalplus import _dataset_copy, canonical_solutions, evalplus_default_parallel
 
     parallel = args.parallel or evalplus_default_parallel()
     canon = canonical_solutions("humaneval_plus", data_dir=args.data_dir)

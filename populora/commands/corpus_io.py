@@ -53,8 +53,54 @@ def _strings_encode(obj: Any) -> bool:
     return True
 
 
+class _BadNumber:
+    """A JSON number no record can hold (``NaN``, ``Infinity``, ``1e400``, an integer beyond 64
+    bits), kept as its text so that the line's error can name where it is."""
+
+    def __init__(self, text: str):
+        digits = len(text.lstrip("-"))
+        self.text = text if len(text) <= 24 else f"{text[:12]}... ({digits} digits)"
+
+
+def _float(text: str) -> float | _BadNumber:
+    value = float(text)
+    return value if math.isfinite(value) else _BadNumber(text)
+
+
+def _int(text: str) -> int | _BadNumber:
+    if len(text.lstrip("-")) > 19:  # beyond 64 bits for sure, and never handed to int() (4,300-digit cap)
+        return _BadNumber(text)
+    value = int(text)
+    return value if -(1 << 63) <= value < (1 << 63) else _BadNumber(text)
+
+
+def _key(key: str) -> str:
+    """A key as an error names it: at most 40 characters, control characters escaped (one line)."""
+    text = key[:40] + ("..." if len(key) > 40 else "")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def bad_number(obj: Any) -> str | None:
+    """Where the first ``_BadNumber`` of a parsed line is (``'n_shown'``, ``'task.inputs[2]'``) and
+    what it was, or None. Iterative: the parser already bounded the depth."""
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, _BadNumber):
+            return f"'{path}' is not a finite number that fits 64 bits ({value.text})"
+        if isinstance(value, dict):
+            stack += [(f"{path}.{_key(k)}" if path else _key(k), v) for k, v in reversed(list(value.items()))]
+        elif isinstance(value, list):
+            stack += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
+    return None
+
+
 def parse_input_line(raw: bytes) -> dict[str, Any] | str | None:
-    """One input line: its object, an error text starting with ``bad_line``, or None when blank."""
+    """One input line: its object, an error text starting with ``bad_line``, or None when blank.
+
+    Numbers no record holds (``NaN``, ``Infinity``, ``1e400``, integers beyond 64 bits) make the
+    line a ``bad_line`` naming the key (``'n_shown' is not a finite number ...``); they never reach
+    a record (``int(1e400)`` raised an ``OverflowError`` that lost the whole file's results)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -62,13 +108,16 @@ def parse_input_line(raw: bytes) -> dict[str, Any] | str | None:
     if not text.strip():
         return None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_float=_float, parse_int=_int, parse_constant=_BadNumber)
     except json.JSONDecodeError as exc:
         return f"bad_line: invalid JSON ({exc.msg} at column {exc.colno})"
     except RecursionError:
         return "bad_line: JSON nested too deeply"
     if not isinstance(obj, dict):
         return "bad_line: not a JSON object"
+    where = bad_number(obj)
+    if where is not None:
+        return f"bad_line: {where}"
     if not _strings_encode(obj):
         return "bad_line: a string holds a lone surrogate escape (not valid Unicode)"
     return obj

@@ -121,10 +121,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="sampling seed (default 0): the same seed draws the same samples, whatever the shards or chunks")
     p.add_argument("--max-new-tokens", type=_kv, action="append", default=[], metavar="BENCH=N",
-                   help="token budget per benchmark (repeatable); defaults in eval/benchmarks.py")
+                   help="token budget per benchmark (repeatable); defaults in eval/benchmarks/__init__.py")
     p.add_argument("--data", type=_kv, action="append", default=[], metavar="BENCH=PATH",
                    help="benchmark file (LiveCodeBench: directory of test*.jsonl); repeatable")
-    p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
+    p.add_argument("--data-dir", help="a directory with your own copy of the benchmark files (default: $POPULORA_BENCHMARKS_DIR, else the shipped eval/data)")
     p.add_argument("--lcb-release", default="release_v5", help="LiveCodeBench release (default release_v5)")
     p.add_argument("--lcb-start", default="2024-08-01", help="first contest date (ISO), inclusive")
     p.add_argument("--lcb-end", default="2025-02-01", help="last contest date (ISO), inclusive (as LCB)")
@@ -150,9 +150,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     lp.add_argument("--out", required=True, help="output directory")
     lp.add_argument("--seed-key", default="seed",
                     help="config key that holds a run's training seed (default seed; a sweep's seed_key)")
-    lp.add_argument("--bootstrap", type=positive_int, default=10_000, metavar="B",
-                    help="replicates of the paired bootstrap (default 10000)")
-    lp.add_argument("--bootstrap-seed", type=non_negative_int, default=0, help="seed of the paired bootstrap (default 0)")
     lp.set_defaults(func=run_leaderboard)
 
 
@@ -177,10 +174,10 @@ def eval_command(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from eval.benchmarks import BENCHMARKS, BenchmarkDataError, resolve_benchmarks
-    from eval.decoding import Decoding
-    from eval.generate import ShardError, parse_shard
-    from eval.pipeline import evaluate_runs, load_benchmarks
-    from eval.settings import EvalSettings
+    from eval.runner.decoding import Decoding
+    from eval.runner.generate import ShardError, parse_shard
+    from eval.runner.pipeline import evaluate_runs, load_benchmarks
+    from eval.runner.settings import EvalSettings
     from populora.policy.engine import EngineFailure
 
     try:
@@ -219,7 +216,7 @@ def run_eval(args: argparse.Namespace) -> int:
               f"to continue", file=sys.stderr)
         return 1
     if rows:
-        from eval.score_table import score_table
+        from eval.runner.score_table import score_table
 
         print(score_table(rows))
     return 0
@@ -240,11 +237,10 @@ def eval_policy(args: argparse.Namespace):
 
 
 def run_leaderboard(args: argparse.Namespace) -> int:
-    from eval.leaderboard import write_leaderboard
+    from eval.leaderboard.page import write_leaderboard
 
     try:
-        paths = write_leaderboard(args.runs, args.out, seed_key=args.seed_key, n_boot=args.bootstrap,
-                                  bootstrap_seed=args.bootstrap_seed)
+        paths = write_leaderboard(args.runs, args.out, seed_key=args.seed_key)
     except (FileNotFoundError, ValueError) as e:
         print(f"populora leaderboard: {e}", file=sys.stderr)
         return 2

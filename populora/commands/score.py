@@ -1,7 +1,7 @@
 """`populora score BENCH SAMPLES.jsonl [--out FILE]`: score generations made anywhere.
 
 Per-sample verdicts are printed as JSON lines (or written to ``--out``), then the aggregate as the
-last line, through exactly the extraction and scorers of ``populora eval`` (see ``eval/samples.py``
+last line, through exactly the extraction and scorers of ``populora eval`` (see ``eval/runner/samples.py``
 for the samples format).
 """
 
@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("samples", help="JSON lines: task_id + solution|completion (code), id + answer (math)")
     p.add_argument("--out", help="write the per-sample verdicts (and the aggregate line) here")
     p.add_argument("--data", help="the benchmark's file (LiveCodeBench: directory of test*.jsonl)")
-    p.add_argument("--data-dir", help="benchmarks directory (default $POPULORA_BENCHMARKS_DIR or ../shared/benchmarks)")
+    p.add_argument("--data-dir", help="a directory with your own copy of the benchmark files (default: $POPULORA_BENCHMARKS_DIR, else the shipped eval/data)")
     p.add_argument("--parallel", type=int, help="EvalPlus workers (default: EvalPlus's own, cpu_count // 2)")
     p.add_argument("--evalplus-max-memory-gb", type=float, help="EvalPlus address-space limit (default its 4 GiB)")
     p.add_argument("--evalplus-min-time-limit", type=float, default=1.0, help="EvalPlus seconds per test (default 1)")
@@ -36,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     from eval.benchmarks import BENCHMARKS, BenchmarkDataError
-    from eval.pipeline import load_benchmarks
-    from eval.samples import SamplesError, read_samples, score_samples
-    from eval.settings import EvalSettings
+    from eval.runner.pipeline import load_benchmarks
+    from eval.runner.samples import SamplesError, read_samples, score_samples
+    from eval.runner.settings import EvalSettings
 
     try:
         if args.benchmark not in BENCHMARKS:

@@ -12,7 +12,9 @@ and writes one result per line: ``line``, ``valid``, ``reason``, ``output`` (cod
 written by ``validate``) or the task's fields inline (``type``, ``program``, ``input``/``output`` or
 ``inputs``/``outputs``/``message``), plus the student's ``completion`` (full text, parsed as in
 training) or a bare ``answer`` (wrapped in ``<answer>`` and the fence of its kind). It writes
-``line``, ``format_ok``, ``correct``, ``score``, ``reason``, ``answer``.
+``line``, ``format_ok``, ``correct``, ``score``, ``reason``, ``answer``. A task record that says the
+sandbox limits its gold was computed under (``limits``, written by ``validate``) is judged only
+under the same ones: with other options its answers get ``limits_changed:<field>``.
 
 A malformed line is reported with its line number (``reason`` starting with ``bad_line``) and the
 rest of the file is processed: invalid JSON, bytes that are not UTF-8 (never replaced: a program is
@@ -32,7 +34,7 @@ from typing import Any
 
 from populora.commands.corpus_io import Output, positive_int, positive_seconds, read_input_lines
 from populora.tasks.kinds import all_kinds, get_kind, kind_names
-from populora.tasks.records import Proposal, Task, reason_kind
+from populora.tasks.records import LIMITS_CHANGED_KIND, Proposal, RecordFieldError, Task, reason_kind
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,17 +113,41 @@ def determinism_seed(args: argparse.Namespace, command: str) -> int:
     return seed
 
 
-def _open_sandbox(args: argparse.Namespace, seed: int = 0):
-    from populora.sandbox import Sandbox, SandboxLimits
+def sandbox_limits(args: argparse.Namespace):
+    """The ``SandboxLimits`` the options give (``SandboxLimitsError`` naming the field when one is out
+    of range: the option types refuse what is not positive, the record what is too large)."""
+    from populora.sandbox import SandboxLimits
 
     cpu = args.cpu_seconds if args.cpu_seconds is not None else max(1, int(round(args.wall_seconds)))
-    limits = SandboxLimits(
+    return SandboxLimits(
         wall_seconds=args.wall_seconds,
         cpu_seconds=cpu,
         memory_mb=args.memory_mb,
         max_output_chars=args.max_output_chars,
+        workers=args.workers or 0,
     )
-    return Sandbox(limits=limits, workers=args.workers, hash_seed=seed)
+
+
+def limits_refused(args: argparse.Namespace, command: str) -> bool:
+    """True (after one line naming the option and its value) when the options give impossible
+    limits (``--memory-mb 100000000000000``): refused before any work."""
+    from populora.sandbox import SandboxLimitsError
+
+    try:
+        sandbox_limits(args)
+    except SandboxLimitsError as exc:
+        field = exc.key.split(".", 1)[1]
+        option = "--wall-seconds" if field == "cpu_seconds" and args.cpu_seconds is None else \
+            "--" + field.replace("_", "-")
+        print(f"populora tasks {command}: {option}: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
+def _open_sandbox(args: argparse.Namespace, seed: int = 0):
+    from populora.sandbox import Sandbox
+
+    return Sandbox(limits=sandbox_limits(args), workers=args.workers, hash_seed=seed)
 
 
 def _open_output(args: argparse.Namespace, command: str) -> Output | None:
@@ -159,8 +185,15 @@ def _close_quietly(sandbox, command: str) -> None:
               file=sys.stderr)
 
 
+def _one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one printable line of at most ``limit`` characters (a reason ends up in a one-line
+    message on stderr)."""
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text[:limit])
+    return text[:limit]
+
+
 def _crash_reason(exc: BaseException) -> str:
-    return f"bad_line: the verifier failed on this line ({type(exc).__name__}: {str(exc)[:200]})"
+    return f"bad_line: the verifier failed on this line ({type(exc).__name__}: {_one_line(str(exc), 200)})"
 
 
 def _read_items(args: argparse.Namespace, command: str, parse, failed: dict[str, Any]):
@@ -185,7 +218,9 @@ def _read_items(args: argparse.Namespace, command: str, parse, failed: dict[str,
         except KeyError as exc:
             results[n] = {"line": n, **failed, "reason": f"bad_line: missing key {exc}"}
         except (ValueError, TypeError) as exc:
-            results[n] = {"line": n, **failed, "reason": f"bad_line: {exc}"}
+            results[n] = {"line": n, **failed, "reason": f"bad_line: {_one_line(str(exc))}"}
+        except Exception as exc:  # noqa: BLE001 - any other failure to read a line costs only that line
+            results[n] = {"line": n, **failed, "reason": _crash_reason(exc)}
     return results, todo
 
 
@@ -194,6 +229,8 @@ def run_validate(args: argparse.Namespace) -> int:
     from populora.tasks.validation import validate_many
 
     failed = {"valid": False, "seconds": 0.0}
+    if limits_refused(args, "validate"):
+        return 2
     out = _open_output(args, "validate")
     if out is None:
         return 2
@@ -261,7 +298,10 @@ def task_from_json(obj: dict[str, Any]) -> Task:
     if "task" in obj:
         if not isinstance(obj["task"], dict):
             raise ValueError("'task' must be a JSON object")
-        task = Task.from_json(obj["task"])
+        try:
+            task = Task.from_json(obj["task"])
+        except RecordFieldError as exc:
+            raise ValueError(f"'task.{exc.field}' {exc.message}") from None
         if task.type not in kind_names():
             raise ValueError(f"'task.type' is {task.type!r}; expected one of {', '.join(kind_names())}")
         return task
@@ -275,6 +315,9 @@ def task_from_json(obj: dict[str, Any]) -> Task:
             if not isinstance(obj.get(key), list) or not all(isinstance(i, str) for i in obj[key]):
                 raise ValueError(f"'{key}' must be a list of strings for {task_type}")
         inputs = tuple(obj["inputs"])
+        n_shown = obj.get("n_shown", 5)
+        if not isinstance(n_shown, int) or isinstance(n_shown, bool):
+            raise ValueError(f"'n_shown' must be a whole number, got {type(n_shown).__name__}")
         return Task(
             id=task_id(task_type, obj["program"], inputs),
             type=task_type,
@@ -282,7 +325,7 @@ def task_from_json(obj: dict[str, Any]) -> Task:
             inputs=inputs,
             outputs=tuple(obj["outputs"]),
             message=str(obj.get("message", "")),
-            n_shown=int(obj.get("n_shown", 5)),
+            n_shown=n_shown,
         )
     for key in ("input", "output"):
         if not isinstance(obj.get(key), str):
@@ -308,6 +351,8 @@ def run_check(args: argparse.Namespace) -> int:
         return task, completion_from_json(obj, task)
 
     failed = {"format_ok": False, "correct": False, "score": 0.0}
+    if limits_refused(args, "check"):
+        return 2
     out = _open_output(args, "check")
     if out is None:
         return 2
@@ -342,5 +387,9 @@ def run_check(args: argparse.Namespace) -> int:
         }
     ordered = [results[n] for n in sorted(results)]
     out.commit(ordered)
-    print(f"{sum(r['correct'] for r in ordered)}/{len(ordered)} correct", file=sys.stderr)
+    refused = sum(reason_kind(r["reason"]) == LIMITS_CHANGED_KIND for r in ordered)
+    print(f"{sum(r['correct'] for r in ordered)}/{len(ordered)} correct"
+          + (f"; {refused} refused: their task's gold was computed under other sandbox limits than these "
+             "(limits_changed:<field>; give the task's own limits to judge them)" if refused else ""),
+          file=sys.stderr)
     return input_status(args.file, "check", len(ordered), malformed, results)

@@ -39,6 +39,27 @@ _RANGES = (
     ("max_file_bytes", 0, True),
 )
 _INTEGRAL = {"workers", "max_processes", "max_output_chars", "max_stdout_chars", "max_file_bytes"}
+# The largest value of each field: above it a limit limits nothing or cannot be enforced (a typo such
+# as ``--memory-mb 10**14`` made every program fail its setup, and a wall limit of 1e300 s overflowed
+# the caller's select()).
+LARGEST = {
+    "workers": 4096,  # a lane and its fork servers per worker; far beyond any machine's cores
+    "wall_seconds": 86_400,  # one day: also keeps every deadline the caller computes within time_t
+    "cpu_seconds": 86_400,
+    "memory_mb": 1 << 27,  # 128 TiB, the x86-64 user address space; RLIMIT_AS is in bytes (rlim_t)
+    "max_processes": 4_194_304,  # the kernel's PID_MAX_LIMIT: no more processes can exist
+    "max_output_chars": 1 << 26,  # an answer carries at most server.MAX_RESULT_BYTES (63 MiB)
+    "max_stdout_chars": 1 << 24,  # the fork server's capture buffer holds 4 bytes per character
+    "max_file_bytes": 1 << 30,  # the scratch tmpfs is 8x this, held in memory outside RLIMIT_AS
+}
+
+
+def _shown(value) -> str:
+    """``repr(value)`` for an error message, at most 80 characters (an int of 10**5000 has no repr)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**60:
+        return f"an integer of {len(str(abs(value))) if value.bit_length() < 14_000 else 'over 4,000'} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass
@@ -48,7 +69,8 @@ class SandboxLimits:
 
     Every field is checked when the record is made (and again by ``Sandbox``): a limit must be a
     finite number in its range, never negative, zero (where zero would mean "nothing is valid"),
-    NaN or infinite; the error names the field as ``sandbox.<field>`` (``SandboxLimitsError``).
+    NaN, infinite or above ``LARGEST`` (where it would limit nothing or could not be enforced); the
+    error names the field as ``sandbox.<field>`` (``SandboxLimitsError``).
     """
 
     wall_seconds: float = 5.0  # whole program (all calls); the process group is killed after it
@@ -70,12 +92,14 @@ class SandboxLimits:
             value = getattr(self, name)
             key = f"sandbox.{name}"
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SandboxLimitsError(key, f"must be a number, got {value!r}")
-            if not math.isfinite(value):
+                raise SandboxLimitsError(key, f"must be a number, got {_shown(value)}")
+            if isinstance(value, float) and not math.isfinite(value):  # an int of any size is finite
                 raise SandboxLimitsError(key, f"must be finite, got {value!r}")
             if value < low or (value == low and not inclusive):
                 bound = f">= {low}" if inclusive else f"> {low}"
-                raise SandboxLimitsError(key, f"must be {bound}, got {value!r}")
+                raise SandboxLimitsError(key, f"must be {bound}, got {_shown(value)}")
+            if value > LARGEST[name]:
+                raise SandboxLimitsError(key, f"must be <= {LARGEST[name]}, got {_shown(value)}")
             if name in _INTEGRAL and value != int(value):
                 raise SandboxLimitsError(key, f"must be a whole number, got {value!r}")
         if not isinstance(self.network, bool):
@@ -97,14 +121,10 @@ class Program:
     (a separate ``exec`` each, so with an address-space layout of their own). Without it,
     ``replica`` picks servers with that replica's fixed seed (``replica_hash_seed``), kept for the
     sandbox's lifetime. Running the same program under several seeds is how cross-process
-    nondeterminism (set ordering under hash randomisation, ``id()``) is detected; the determinism
-    check draws its seeds from (run seed, step, replica) (``populora/tasks/determinism.py``).
-
-    ``strip`` runs the program on fork servers with the runtime strip layer (``strip.py``): once
-    it is loaded, nothing that grants I/O, processes, clocks, randomness or imports is reachable
-    from its objects, and ``import`` gives only the modules the fork server loaded (the
-    allowlisted ones and what they use), sanitized. Off, the program is plain Python (stdin/stdout
-    programs of an evaluation, and the hostile corpus that tests the confinement alone).
+    nondeterminism (set ordering under hash randomisation, ``id()``: the layout is drawn from the
+    seed) is detected; the determinism check draws its seeds from (run seed, step, replica)
+    (``populora/tasks/determinism.py``). A program's process has no clock and no entropy, so its
+    outputs are a function of its code, its inputs and its seed (``docs/sandbox.md``).
     """
 
     source: str
@@ -113,7 +133,6 @@ class Program:
     stdin: str = ""
     replica: int = 0
     hash_seed: int | None = None
-    strip: bool = False
 
 
 @dataclass

@@ -1,14 +1,15 @@
 """``Sandbox``: parallel, confined execution of untrusted programs through fork servers.
 
-The caller side holds ``workers`` lanes; each lane owns one fork server per (hash seed, strip)
-pair in use, started on first use as a separate ``python -B -s -S server.py`` process with a
-scrubbed environment holding that ``PYTHONHASHSEED`` (not ``-I``: it implies ``-E``, which would
-ignore the seed), so servers of different seeds differ in hash seed and address layout. A
-program's seed is its ``hash_seed`` or, without one, its replica's fixed seed; the servers of a
+The caller side holds ``workers`` lanes; each lane owns one fork server per hash seed in use,
+started on first use as a separate ``python -B -s -S server.py`` process, without address-space
+randomisation, with a scrubbed environment holding that ``PYTHONHASHSEED`` (not ``-I``: it implies
+``-E``, which would ignore the seed) and the layout padding drawn from it (``layout.py``), so
+servers of different seeds differ in hash seed and address layout, and servers of one seed agree.
+A program's seed is its ``hash_seed`` or, without one, its replica's fixed seed; the servers of a
 replica's fixed seed live as long as the sandbox, those of an explicit seed only until a batch
 that does not use it (the determinism check draws fresh seeds each step: ``tasks/determinism.py``).
-``strip`` servers run the runtime strip layer (``strip.py``). ``run_many`` hands the lanes chunks
-of one server's programs from a shared queue, so at most ``workers`` programs run at once, and
+Everything a job carries to its child (its uid, its result token) is a function of the job and the
+seed. ``run_many`` hands the lanes chunks of one server's programs from a shared queue, so at most ``workers`` programs run at once, and
 returns outcomes in input order. A fork server that dies, hangs or answers nonsense is killed and
 restarted; the program it was running gets a ``crashed:`` outcome, never an exception in the
 caller. A server that reports damage it cannot repair (``retire``) is replaced the same way.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import itertools
 import os
 import subprocess
@@ -28,6 +30,7 @@ import time
 import weakref
 from pathlib import Path
 
+import populora.sandbox.layout as layout
 import populora.sandbox.protocol as protocol
 import populora.sandbox.results as results
 import populora.sandbox.scratch as scratch
@@ -37,8 +40,11 @@ from populora.signals import children_immune
 
 SERVER_SCRIPT = Path(__file__).with_name("server.py")
 ISOLATION_MODES = ("auto", "full", "uid", "rlimits")
-# isolation layers that ``Sandbox(without=...)`` can leave out, to measure what each one costs
-LAYERS = ("seccomp", "ipc_namespace", "scratch_tmpfs", "hidden_proc")
+# isolation layers that ``Sandbox(without=...)`` can leave out, to measure what each one costs:
+# the seccomp filter, a child's IPC namespace, its scratch tmpfs, the empty /proc; and those of
+# determinism by construction: no clock (clock.py), children forked from the template and its PID
+# namespace (template.py), the layout perturbations (layout.py)
+LAYERS = ("seccomp", "ipc_namespace", "scratch_tmpfs", "hidden_proc", "clock", "template", "layout")
 STARTUP_SECONDS = 30.0  # generous: two cores shared with a trainer can be slow to start Python
 GRACE_SECONDS = 5.0  # past the wall limit, the server itself is presumed hung
 UID_BASE, UID_SPAN = 2_000_000, 1_000_000  # unprivileged uids for children (no /etc/passwd entry needed)
@@ -62,12 +68,14 @@ class _Server:
             "LC_ALL": "C.UTF-8",
             "PYTHONHASHSEED": str(hash_seed),
             "PYTHONDONTWRITEBYTECODE": "1",
+            "GLIBC_TUNABLES": "glibc.pthread.rseq=0",  # no rseq area: the CPU number, preemptions (seccomp.py)
+            **layout.environment(hash_seed),
         }
         try:
             log = open(log_path, "ab")  # the server's own stderr (start-up failures, tracebacks)
         except OSError:
             log = open(os.devnull, "ab")  # the scratch directory was removed under us
-        with log, children_immune():  # Slurm's SIGUSR2 is the trainer's (populora/signals.py)
+        with log, children_immune(), layout.no_randomization() as fixed:  # SIGUSR2: populora/signals.py
             try:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-B", "-s", "-S", str(SERVER_SCRIPT), _json(config)],
@@ -94,12 +102,13 @@ class _Server:
             raise SandboxError(f"fork server {SERVER_SCRIPT} did not start: {hello!r}\n{log}".rstrip())
         self.mode: str = hello["mode"]
         self.report: dict = hello["report"]
+        self.report["aslr"] = "off (layout perturbed from the hash seed)" if fixed else "on (personality refused)"
         self.pid = self.proc.pid
 
     def send(self, jobs: list[tuple[dict, bytes]]) -> None:
         """Queue ``(header, body)`` jobs on the server; it runs them one after the other and
         answers each in turn."""
-        header = _frame({"jobs": [{k: h[k] for k in ("id", "calls", "size")} for h, _ in jobs]})
+        header = _frame({"jobs": [{k: h[k] for k in ("id", "calls", "size", "uid")} for h, _ in jobs]})
         protocol.writev_all(self.proc.stdin.fileno(), [header, *(body for _, body in jobs)])
 
     def receive(self, job: dict, timeout: float) -> tuple[dict, bytes, bytes]:
@@ -153,7 +162,10 @@ class Sandbox:
     uses ``replica_hash_seed(hash_seed, r)``), so validation is reproducible run to run.
     ``workers`` (else ``limits.workers``, else one per CPU core) programs run at once.
     ``without`` leaves isolation layers out (names in ``LAYERS``): for benchmarks of each layer's
-    cost only.
+    cost only. ``deterministic`` (the default) gives every child no clock, no timer, no entropy and
+    no ``stat``, so a program's outputs are a function of its code, its inputs and its hash seed;
+    ``False`` keeps them, with every other layer, for evaluation harnesses that time their tests
+    (LiveCodeBench's per-test alarms: ``eval/livecodebench.py``).
     """
 
     def __init__(
@@ -164,6 +176,7 @@ class Sandbox:
         hash_seed: int = 0,
         scratch_dir: str | None = None,
         without: tuple[str, ...] = (),
+        deterministic: bool = True,
     ):
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"Sandbox isolation={isolation!r}: expected one of {ISOLATION_MODES}")
@@ -172,21 +185,24 @@ class Sandbox:
             raise ValueError(f"Sandbox without={sorted(unknown)}: expected layers among {LAYERS}")
         self.limits = (limits or SandboxLimits()).validate()
         self.without = tuple(without)  # only for measuring a layer's cost: every layer is on by default
+        self.deterministic = bool(deterministic)
         self._seccomp = (
-            {"unavailable": "left out (without=)"} if "seccomp" in without else seccomp.filter_for_servers()
+            {"unavailable": "left out (without=)"}
+            if "seccomp" in without
+            else seccomp.filter_for_servers(self.deterministic)
         )
         self.workers = max(1, int(workers or self.limits.workers or len(os.sched_getaffinity(0))))  # the job's cores
         self.isolation = isolation
         self.hash_seed = int(hash_seed)
         self.scratch = Path(tempfile.mkdtemp(prefix="populora-sandbox-", dir=scratch_dir))
         os.chmod(self.scratch, 0o711)  # children (other uids) may enter their own directory only
-        self._lanes: list[dict[tuple[int, bool], _Server]] = [{} for _ in range(self.workers)]
+        self._lanes: list[dict[int, _Server]] = [{} for _ in range(self.workers)]
         self._lock = threading.Lock()
         self._ids = itertools.count(1)  # next() on a count is atomic under the GIL
         self._closed = False
         self._ephemeral: set = set()  # server keys of explicit seeds (closed once a batch leaves them out)
         self._finalizer = weakref.finalize(self, _shutdown, self._lanes, self.scratch)
-        first = self._server(0, (replica_hash_seed(self.hash_seed, 0), False))  # fail early, clearly
+        first = self._server(0, replica_hash_seed(self.hash_seed, 0))  # fail early, clearly
         self.mode: str = first.mode  # the isolation the fork servers run in: full, uid or rlimits
         self.report: dict = first.report  # what the first server set up (namespaces, mounts, ...)
 
@@ -244,12 +260,12 @@ class Sandbox:
         self.close()
 
     # --- internals -------------------------------------------------------------------------
-    def _key(self, program: Program) -> tuple[int, bool]:
-        """(hash seed, strip) of the fork servers that run ``program``."""
+    def _key(self, program: Program) -> int:
+        """The hash seed of the fork servers that run ``program``."""
         seed = program.hash_seed if program.hash_seed is not None else replica_hash_seed(self.hash_seed, program.replica)
         if not 1 <= int(seed) <= 4_294_967_295:
             raise ValueError(f"Program.hash_seed must be in [1, 2**32 - 1], got {seed}")
-        return int(seed), bool(program.strip)
+        return int(seed)
 
     def _retire_unused(self, ephemeral: set, wanted: set) -> None:
         """Close the servers of explicit seeds (``Program.hash_seed``) that this batch does not use:
@@ -261,26 +277,26 @@ class Sandbox:
                 lane.pop(key).close()
         self._ephemeral &= wanted
 
-    def _config(self, lane: int, key: tuple[int, bool]) -> dict:
+    def _config(self, lane: int, seed: int) -> dict:
         return {
             "limits": dataclasses.asdict(self.limits),
             "isolation": self.isolation,
             "scratch": str(self.scratch),
             "uids": [UID_BASE, UID_SPAN],  # each program gets a uid of its own from this range
             "lane": lane,
-            "replica": f"{key[0]}{'-stripped' if key[1] else ''}",
-            "strip": key[1],
+            "replica": str(seed),
             "seccomp": self._seccomp,
             "without": list(self.without),
+            "deterministic": self.deterministic,
         }
 
-    def _server(self, lane: int, key: tuple[int, bool]) -> _Server:
-        server = self._lanes[lane].get(key)
+    def _server(self, lane: int, seed: int) -> _Server:
+        server = self._lanes[lane].get(seed)
         if server is None or not server.alive():
             if server is not None:
                 server.kill()
-            log = self.scratch / f"server-{lane}-{key[0]}{'-s' if key[1] else ''}.log"
-            server = self._lanes[lane][key] = _Server(self._config(lane, key), key[0], log)
+            log = self.scratch / f"server-{lane}-{seed}.log"
+            server = self._lanes[lane][seed] = _Server(self._config(lane, seed), seed, log)
         return server
 
     def _lane_loop(self, lane: int, programs: list[Program], keys: list, todo: _Queue, outcomes: list) -> None:
@@ -295,7 +311,7 @@ class Sandbox:
                 for i in chunk:
                     outcomes[i] = results.crashed("server_unavailable", str(exc))
                 continue
-            jobs = [_job(next(self._ids), programs[i]) for i in chunk]
+            jobs = [_job(next(self._ids), programs[i], keys[i]) for i in chunk]
             done = 0
             try:
                 server.send(jobs)
@@ -316,7 +332,7 @@ class Sandbox:
 
 
 class _Queue:
-    """Indices of a batch, per fork server (hash seed, strip), handed out in chunks to the lanes.
+    """Indices of a batch, per fork server (hash seed), handed out in chunks to the lanes.
 
     A chunk goes to one fork server in one message, so the server runs it back to back without
     waiting for the caller between programs; chunks shrink towards the end of the batch so the
@@ -347,10 +363,21 @@ class _Queue:
                 self._by_replica[self._replica[i]].appendleft(i)
 
 
-def _job(job_id: int, program: Program) -> tuple[dict, bytes]:
+def job_uid(seed: int, digest: bytes) -> int:
+    """The uid a job's child runs as: a function of the job and the seed (``digest`` of its body
+    without the token), so nothing of it varies between executions of the same program, input and
+    seed; distinct jobs get distinct uids but for a one-in-``UID_SPAN`` coincidence."""
+    return UID_BASE + int.from_bytes(hashlib.sha256(b"uid:%d:" % seed + digest).digest()[:8], "big") % UID_SPAN
+
+
+def _job(job_id: int, program: Program, seed: int) -> tuple[dict, bytes]:
     """(header the server reads, body only the child reads). The header carries no program text;
-    the token, in the body, is what the child's result frame must start with."""
-    token = os.urandom(16).hex()
+    the token, in the body, is what the child's result frame must start with. A program can read
+    its token (it only decides its own outcome with it), so it is a function of the job and the
+    seed, never a random draw the program could use as entropy."""
+    content = _json([program.source, program.entry, list(program.calls), program.stdin]).encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(content).digest()
+    token = hashlib.sha256(b"token:%d:" % seed + digest).hexdigest()[:32]
     body = _json(
         {
             "source": program.source,
@@ -364,6 +391,7 @@ def _job(job_id: int, program: Program) -> tuple[dict, bytes]:
         "id": job_id,
         "calls": len(program.calls),
         "size": len(body),
+        "uid": job_uid(seed, digest),
         # caller side only (not sent to the server): what the result must hold
         "token": token,
         "values": len(program.calls) if program.entry is not None else 0,

@@ -46,7 +46,10 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "r
 # none, CPython's own handlers use standard (non-queued) signals; 16 leaves room for a library's
 SIGPENDING = 16
 WORK_DIR = "/work"  # full mode: where each program's fresh tmpfs is mounted (in the server's root)
-DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+# no random device in a deterministic sandbox: a child has no entropy (getrandom is refused too,
+# seccomp.py); a sandbox with ``deterministic=False`` binds ``RANDOM_DEVICES`` as well
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
+RANDOM_DEVICES = ("/dev/random", "/dev/urandom")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -102,11 +105,11 @@ def runtime_paths() -> list[str]:
     return kept
 
 
-def enter_namespaces(network: bool, needed_paths: list[str]) -> dict:
+def enter_namespaces(network: bool, needed_paths: list[str], devices: tuple[str, ...] = DEVICES) -> dict:
     """Move the calling (single-threaded, root) process into new namespaces and a new root.
 
     The new root is an empty read-only tmpfs holding only ``needed_paths`` (bound read-only), the
-    devices in ``DEVICES``, ``/etc/ld.so.cache``, ``/proc`` (mounted later by the namespace's
+    ``devices``, ``/etc/ld.so.cache``, ``/proc`` (mounted later by the namespace's
     init) and ``WORK_DIR``; the host's files (``/etc``, ``/root``, ``/home``, ``/var``, the
     project, the caller's files) are not in it. Returns a report of what was done. The PID
     namespace applies to the caller's *children*: the next forked process is its init. Raises
@@ -120,7 +123,7 @@ def enter_namespaces(network: bool, needed_paths: list[str]) -> dict:
         raise NamespacesUnavailable(exc.errno, str(exc)) from None
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     sources = [p for p in needed_paths if os.path.isdir(p)]
-    sources += [p for p in (*DEVICES, "/etc/ld.so.cache") if os.path.exists(p)]
+    sources += [p for p in (*devices, "/etc/ld.so.cache") if os.path.exists(p)]
     # opened before the new root covers anything; O_PATH fds work as bind sources via /proc/self/fd
     keep = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in sources}
     new = "/tmp"
@@ -244,7 +247,8 @@ def confine_child(limits: dict, uid: int | None, own_ipc: bool = False, seccomp=
     cpu = max(1, math.ceil(limits["cpu_seconds"]))
     memory = int(limits["memory_mb"] * 1024 * 1024)
     for what, value in (
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at the soft limit, SIGKILL one second later
+        # SIGKILL at the limit: no SIGXCPU, an event a program could count its loops to
+        (resource.RLIMIT_CPU, (cpu, cpu)),
         (resource.RLIMIT_AS, (memory, memory)),
         (resource.RLIMIT_FSIZE, (int(limits["max_file_bytes"]),) * 2),
         (resource.RLIMIT_NPROC, (nproc, nproc)),  # counts threads too: 1 means no fork, no thread
@@ -283,8 +287,9 @@ def _processes_of(uid: int) -> int:
     return count
 
 
-def kill_descendants() -> None:
-    """Kill and reap every descendant of the calling process (a child subreaper, see ``server``).
+def kill_descendants(spare: int | None = None) -> None:
+    """Kill and reap every descendant of the calling process (a child subreaper, see ``server``)
+    but the child ``spare`` (the template) and what it has started.
 
     Orphaned grandchildren are re-parented to a subreaper, so repeating "kill my children, reap
     them" until none is left also catches processes that left their process group or session.
@@ -297,6 +302,7 @@ def kill_descendants() -> None:
                     pids.update(int(p) for p in fh.read().split())
             except OSError:
                 continue
+        pids.discard(spare)
         if not pids:
             return
         for pid in pids:

@@ -2,8 +2,8 @@
 
 ``python -m populora.sandbox.kmem [--memory-mb 64] [--repeat 3] [PROGRAM.py ...]`` runs each
 program (by default the ``kmem_*.py`` attacks of ``tests/hostile/``) through a fresh ``Sandbox``
-with its entry called as ``f(hold)``: the attack builds what it can, holds it for ``hold`` seconds
-and returns. Meanwhile the caller samples, every few milliseconds,
+with its entry called as ``f(hold)``: the attack builds what it can, holds it while it spins for
+about ``hold`` seconds of CPU (a child has no clock to sleep by) and returns. Meanwhile the caller samples, every few milliseconds,
 
 * the memory cgroup it moved itself into before starting the sandbox (so the fork servers and every
   child are charged there): ``memory.usage_in_bytes`` / ``memory.kmem.usage_in_bytes`` (cgroup v1)
@@ -14,7 +14,7 @@ and returns. Meanwhile the caller samples, every few milliseconds,
   is charged for (unix socket buffers), and the noise of everything else that runs.
 
 Each column is the peak over the run minus the median before it, minus the same figure for an idle
-program (one that only sleeps) measured in the same round; ``after`` is what stays charged once the
+program (one that only spins) measured in the same round; ``after`` is what stays charged once the
 program is gone. The table printed is the median over ``--repeat`` rounds, in MiB. Needs root for
 the cgroup (without it only the ``/proc/meminfo`` column is measured). ``docs/sandbox.md`` has the
 figures and what they mean.
@@ -23,6 +23,7 @@ figures and what they mean.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import threading
@@ -34,7 +35,7 @@ from populora.sandbox.api import Program, SandboxLimits
 from populora.sandbox.executor import Sandbox
 
 MIB = 1 << 20
-IDLE = "import time\ndef f(hold):\n    time.sleep(hold)\n    return 0\n"
+IDLE = "def f(hold):\n    sum(range(int(hold * 20_000_000)))  # a child has no clock: it spins\n    return 0\n"
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "tests" / "hostile"
 
 
@@ -175,14 +176,17 @@ def measure(
     try:
         with Sandbox(limits=limits, workers=1) as sb:
             how += f", isolation {sb.mode}, seccomp {sb.report.get('seccomp')}"
-            sb.run(programs["idle"])  # the fork server's own pages, charged before the first baseline
             for _ in range(repeat):
-                idle = measure_one(sb, cg, programs["idle"])
+                # a fresh hash seed each round: fresh uids, so fresh names for the dentry attack
+                # (a child has no entropy of its own); its servers start before the baseline
+                seed = 1 + int.from_bytes(os.urandom(4), "big") % 4_294_967_295
+                sb.run(dataclasses.replace(programs["idle"], hash_seed=seed))
+                idle = measure_one(sb, cg, dataclasses.replace(programs["idle"], hash_seed=seed))
                 rounds["idle"].append(idle)
                 for name, program in programs.items():
                     if name == "idle":
                         continue
-                    s = measure_one(sb, cg, program)
+                    s = measure_one(sb, cg, dataclasses.replace(program, hash_seed=seed))
                     s.cgroup -= idle.cgroup
                     s.kernel -= idle.kernel
                     s.host -= idle.host

@@ -15,13 +15,19 @@ import signal
 
 import populora.sandbox.protocol as protocol
 from populora.sandbox.api import CRASHED, ERROR, MEMORY, OK, OUTPUT_TOO_LARGE, TIMEOUT, Outcome
+from populora.sandbox.clock import CLOCK_EXIT, ENTROPY_EXIT
 
 MAX_DETAIL = 300
 SETUP_FAILED = 121  # the server's exit code for a child whose confinement failed (see server.py)
 
+# what the sandbox took away, by what a program tried (issue 37): a clock or timer, entropy or
+# its CPU number. From an error the filter gives (runner.py) or from the exit status the
+# sandbox's vDSO and fault handler end a child with (clock.py: CLOCK_EXIT, ENTROPY_EXIT).
+REFUSED_CLOCK, REFUSED_ENTROPY = "refused:clock", "refused:entropy"
+REFUSED_EXITS = {CLOCK_EXIT: REFUSED_CLOCK, ENTROPY_EXIT: REFUSED_ENTROPY}
 # reasons a child may report itself, by status (runtime_error:<Name> is checked by pattern)
 CHILD_REASONS = {
-    ERROR: {"syntax_error", "no_entry_function", "bad_input"},
+    ERROR: {"syntax_error", "no_entry_function", "bad_input", REFUSED_CLOCK, REFUSED_ENTROPY},
     MEMORY: {"memory"},
     OUTPUT_TOO_LARGE: {"output_too_large"},
     CRASHED: {"crashed:SystemExit"},
@@ -59,7 +65,8 @@ def is_sandbox_reason(reason: str | None) -> bool:
     """Whether ``reason`` is one the sandbox can give (None for ok)."""
     if reason is None:
         return True
-    if reason in ("timeout", "memory", "output_too_large", "syntax_error", "no_entry_function", "bad_input"):
+    if reason in ("timeout", "memory", "output_too_large", "syntax_error", "no_entry_function", "bad_input",
+                  REFUSED_CLOCK, REFUSED_ENTROPY):
         return True
     if RUNTIME_ERROR.fullmatch(reason):
         return True
@@ -163,6 +170,9 @@ def classify(answer: dict, res: bytes, out: bytes, token: str, expected_values: 
                 "setup_failed", f"the child could not be confined; the program did not run: {stdout}"
             )
             stdout = ""
+        elif code in REFUSED_EXITS and not res:
+            what = "a clock" if code == CLOCK_EXIT else "entropy or its CPU number"
+            outcome = Outcome(ERROR, REFUSED_EXITS[code], detail=f"the program read {what}, which a child does not have")
         elif code == 0 and answer.get("res_too_large"):
             outcome = Outcome(
                 OUTPUT_TOO_LARGE, "output_too_large", detail="the result is larger than one answer may be"

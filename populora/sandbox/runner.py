@@ -10,9 +10,12 @@ the limit is ``output_too_large`` (never truncated). A repr is taken as an exact
 or stall the result channel.
 
 ``before_run`` (the fork server's) is called once the program is compiled and its inputs parsed,
-right before its module body runs: the server learns there that the child's setup is over, and a
-stripped server strips the child there (``strip.py``) and returns the namespace of the program's
-``__main__`` module (else None: a fresh dictionary).
+right before its module body runs: the server learns there that the child's setup is over.
+
+An ``OSError`` with the errno the seccomp filter gives to clock calls (``ETIME``) or to entropy
+calls (``ENODATA``) that reaches the top is ``refused:clock`` or ``refused:entropy``: the program
+tried to read what a child does not have (``seccomp.py``; a clock read through the vDSO or
+``rdtsc`` ends the child instead, ``clock.py``).
 
 Standard library only: the fork server imports it as a top-level module.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import errno
 
 # (status, reason, values, detail)
 Result = tuple  # tuple[str, str, list[str], str]
@@ -65,9 +69,14 @@ def _type_name(exc: BaseException) -> str:
     return name if isinstance(name, str) and name.isidentifier() else "Exception"
 
 
+REFUSED = {errno.ETIME: "refused:clock", errno.ENODATA: "refused:entropy"}  # the filter's errnos
+
+
 def _failure(exc: BaseException) -> Result:
     if isinstance(exc, MemoryError):
         return ("memory", "memory", [], _detail(exc))
+    if isinstance(exc, OSError) and type(exc.errno) is int and exc.errno in REFUSED:
+        return ("error", REFUSED[exc.errno], [], _detail(exc))
     if isinstance(exc, SystemExit):
         return ("crashed", "crashed:SystemExit", [], _detail(exc))
     return ("error", f"runtime_error:{_type_name(exc)[:80]}", [], _detail(exc))
@@ -95,8 +104,9 @@ def execute(source: str, entry: str | None, calls: list[str], max_output_chars: 
         parsed = [parse_call(text) for text in calls]
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
         return ("error", "bad_input", [], _detail(exc))
-    module = (before_run() if before_run is not None else None) or {}
-    module.update({"__name__": "__main__", "__builtins__": builtins, "__file__": "<program>"})
+    if before_run is not None:
+        before_run()
+    module = {"__name__": "__main__", "__builtins__": builtins, "__file__": "<program>"}
     try:
         exec(code, module)
     except BaseException as exc:  # any exception a program raises is its outcome, not ours

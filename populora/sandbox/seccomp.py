@@ -18,6 +18,12 @@ The policy is a deny list on top of "allow": an allow list of the system calls C
 would break with each Python and libc release. Every entry says what it stops. Denied calls fail
 with ``EPERM`` (``clone3`` with ``ENOSYS``, so that libc falls back to ``clone``, whose flags a
 filter can inspect); calls of another architecture's ABI kill the process.
+
+Determinism by construction (issue 37): the calls that read a clock, wait on one or time other
+processes (``CLOCK``) fail with ``ETIME`` and those that read entropy (``ENTROPY``) with
+``ENODATA``, errors no other call of a child gives, so that a program that lets one escape is
+reported as ``refused:clock`` or ``refused:entropy`` (``runner.py``). The clock reads that need
+no system call (``rdtsc``, the vDSO) are removed in ``clock.py``.
 """
 
 from __future__ import annotations
@@ -129,6 +135,99 @@ DENIED = {
     "fstatfs": "as statfs",
 }
 
+# Calls that read a clock, or time something a program does not control (ETIME, ``refused:clock``).
+# The vDSO's clock functions are the sandbox's own (clock.py); these are the system calls behind
+# them and around them.
+CLOCK = {
+    "clock_gettime": "the clocks (the vDSO's fallback, and any clock id through syscall())",
+    "clock_getres": "the clocks' resolution (no use without them)",
+    "gettimeofday": "the wall clock",
+    "time": "the wall clock (also the legacy vsyscall page, which the kernel emulates through here)",
+    "times": "CPU times and ticks since boot",
+    "getrusage": "CPU time, page faults and context switches: a clock and the host's load",
+    "adjtimex": "adjtimex(0) reads the time with the kernel's clock discipline",
+    "clock_adjtime": "as adjtimex",
+    "clock_settime": "setting a clock",
+    "settimeofday": "setting the wall clock",
+    "timer_create": "POSIX timers: an asynchronous event at a time",
+    "timer_settime": "POSIX timers",
+    "timer_gettime": "the time left on a timer",
+    "timer_getoverrun": "POSIX timers",
+    "timer_delete": "POSIX timers",
+    "timerfd_create": "timers as descriptors",
+    "timerfd_settime": "timers as descriptors",
+    "timerfd_gettime": "the time left on a timer",
+    "setitimer": "interval timers (SIGALRM/SIGVTALRM/SIGPROF at a time)",
+    "getitimer": "the time left on an interval timer",
+    "alarm": "SIGALRM at a time, and the seconds left on the last alarm",
+    "nanosleep": "sleeping (it writes back the time left when interrupted)",
+    "clock_nanosleep": "sleeping, to an absolute time too",
+    "select": "waiting with a timeout (Linux writes back the time left); readiness of the output pipes",
+    "pselect6": "as select",
+    "poll": "waiting with a timeout; readiness of the output pipes (how far the server has read)",
+    "ppoll": "as poll (writes back the time left)",
+    "epoll_wait": "as poll",
+    "epoll_pwait": "as poll",
+    "epoll_pwait2": "as poll",
+    "rt_sigtimedwait": "waiting for a signal with a timeout",
+}
+# A file's or a pipe's timestamps move with every write (fstat(1) after a print reads the clock)
+# and a pipe's inode number counts the host's pipes: the stat family is refused, with EPERM, the
+# error CPython and libc already treat as "not accessible" (an import of a module the server did
+# not preload finds nothing; os.listdir fails, as glibc's opendir calls fstat).
+TIMESTAMPS = {
+    "stat": "file timestamps (a file written now carries the time)",
+    "lstat": "file timestamps",
+    "fstat": "file timestamps (a pipe's mtime moves with every write to it) and inode numbers",
+    "newfstatat": "file timestamps (glibc's fstat is newfstatat with AT_EMPTY_PATH)",
+    "statx": "file timestamps",
+}
+# Calls that read entropy or which CPU the program runs on (ENODATA, ``refused:entropy``).
+ENTROPY = {
+    "getrandom": "the kernel's random numbers (no random device exists in a child's root either)",
+    "getcpu": "which CPU the scheduler chose",
+}
+# Calls that read the host's memory state as it is now (EPERM): which pages are in the page cache
+# or in memory, on which node. What the host did before a program ran must not change its output.
+HOST_STATE = {
+    "mincore": "which pages of a file are in the host's page cache (what other processes read)",
+    "cachestat": "page-cache statistics of a host file",
+    "move_pages": "the NUMA node of each page",
+    "get_mempolicy": "the NUMA node of a page",
+    "migrate_pages": "moving pages between nodes",
+    "rseq": "restartable sequences: the CPU number, and an abort on every preemption",
+}
+# Calls refused only with some arguments: (call, conditions, errno name, what it stops); each
+# condition is (argument index, mask, value), true when ``argument & mask == value``, or
+# (argument index, None, None), true when the argument is not 0. O_NONBLOCK, O_ASYNC, F_SETOWN,
+# F_SETSIG, FIONBIO, FIOASYNC, FIONREAD and RWF_NOWAIT would let a program watch the fork server
+# drain its output pipe (an event it does not control: a measure of time); PR_SET_TSC would turn
+# rdtsc back on and ARCH_MAP_VDSO_* map the real vDSO again (clock.py); wait4 and waitid with a
+# rusage pointer read CPU time; CLONE_THREAD is a second thread of control (one thread: the
+# program is a sequential computation, with no race to read).
+ARGUMENT_RULES = (
+    ("fcntl", ((1, 0xFFFFFFFF, 4), (2, 0o4000, 0o4000)), "ETIME", "F_SETFL with O_NONBLOCK"),
+    ("fcntl", ((1, 0xFFFFFFFF, 4), (2, 0o20000, 0o20000)), "ETIME", "F_SETFL with O_ASYNC (SIGIO)"),
+    ("fcntl", ((1, 0xFFFFFFFF, 8),), "ETIME", "F_SETOWN"),
+    ("fcntl", ((1, 0xFFFFFFFF, 10),), "ETIME", "F_SETSIG"),
+    ("fcntl", ((1, 0xFFFFFFFF, 15),), "ETIME", "F_SETOWN_EX"),
+    ("ioctl", ((1, 0xFFFFFFFF, 0x5421),), "ETIME", "FIONBIO"),
+    ("ioctl", ((1, 0xFFFFFFFF, 0x5452),), "ETIME", "FIOASYNC"),
+    ("ioctl", ((1, 0xFFFFFFFF, 0x541B),), "ETIME", "FIONREAD (what the server has not read yet)"),
+    ("preadv2", ((5, 0x8, 0x8),), "ETIME", "RWF_NOWAIT"),
+    ("pwritev2", ((5, 0x8, 0x8),), "ETIME", "RWF_NOWAIT"),
+    ("wait4", ((3, None, None),), "ETIME", "a rusage pointer (the children's CPU time)"),
+    ("waitid", ((4, None, None),), "ETIME", "a rusage pointer (the children's CPU time)"),
+    ("prctl", ((0, 0xFFFFFFFF, 26),), "EPERM", "PR_SET_TSC (rdtsc back on)"),
+    ("arch_prctl", ((0, 0xFFFFFFFF, 0x2001),), "EPERM", "ARCH_MAP_VDSO_X32 (the real vDSO back)"),
+    ("arch_prctl", ((0, 0xFFFFFFFF, 0x2002),), "EPERM", "ARCH_MAP_VDSO_32"),
+    ("arch_prctl", ((0, 0xFFFFFFFF, 0x2003),), "EPERM", "ARCH_MAP_VDSO_64"),
+    ("clone", ((0, 0x00010000, 0x00010000),), "EPERM", "CLONE_THREAD (a second thread)"),
+    # a CPU-time limit of the program's own choosing: SIGXCPU when it is reached, an event to time
+    ("setrlimit", ((0, 0xFFFFFFFF, 0),), "ETIME", "RLIMIT_CPU"),
+    ("prlimit64", ((1, 0xFFFFFFFF, 0), (2, None, None)), "ETIME", "setting RLIMIT_CPU"),
+)
+
 # fcntl commands denied (fcntl's second argument): record locks, leases and directory notification
 # on host inodes, for the reasons of flock and inotify above. Linux values (include/uapi/.../fcntl.h).
 FCNTL_DENIED = {
@@ -165,8 +264,12 @@ class SeccompUnavailable(RuntimeError):
 
 
 @functools.lru_cache(maxsize=1)
-def compile_filter() -> tuple[bytes, tuple[str, ...]]:
+def compile_filter(deterministic: bool = True) -> tuple[bytes, tuple[str, ...]]:
     """(raw BPF program of the children's filter, names libseccomp did not know and skipped).
+
+    ``deterministic`` adds the rules of determinism by construction (``TIMESTAMPS``, ``CLOCK``,
+    ``ENTROPY``, ``ARGUMENT_RULES``); without them a child keeps its clocks, timers and ``stat``
+    (``Sandbox(deterministic=False)``, for evaluation harnesses that time their tests).
 
     Raises ``SeccompUnavailable`` when the filter cannot be built on this machine.
     """
@@ -193,8 +296,20 @@ def compile_filter() -> tuple[bytes, tuple[str, ...]]:
 
         for name in DENIED:
             deny(name)
-        for command in FCNTL_DENIED.values():
-            deny("fcntl", sc.Arg(1, sc.EQ, command))
+        for name in HOST_STATE:
+            deny(name)
+        for name in TIMESTAMPS if deterministic else ():
+            deny(name)
+        for name in CLOCK if deterministic else ():
+            deny(name, action=sc.ERRNO(errno.ETIME))
+        for name in ENTROPY if deterministic else ():
+            deny(name, action=sc.ERRNO(errno.ENODATA))
+        for name, conditions, errno_name, _ in ARGUMENT_RULES if deterministic else ():
+            args = [sc.Arg(i, sc.NE, 0) if mask is None else sc.Arg(i, sc.MASKED_EQ, mask, value)
+                    for i, mask, value in conditions]  # 32-bit arguments are masked to 32 bits
+            deny(name, *args, action=sc.ERRNO(getattr(errno, errno_name)))
+        for command in FCNTL_DENIED.values():  # the kernel reads cmd as 32 bits: so does the rule
+            deny("fcntl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, command))
         for flag in CLONE_NAMESPACE_FLAGS.values():
             deny("clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
         deny("clone3", action=sc.ERRNO(errno.ENOSYS))
@@ -209,10 +324,10 @@ def compile_filter() -> tuple[bytes, tuple[str, ...]]:
     return bpf, tuple(unknown)
 
 
-def filter_for_servers() -> dict:
+def filter_for_servers(deterministic: bool = True) -> dict:
     """What the fork servers need: ``{"bpf": hex, "unknown": [...]}``, or ``{"unavailable": why}``."""
     try:
-        bpf, unknown = compile_filter()
+        bpf, unknown = compile_filter(deterministic)
     except SeccompUnavailable as exc:
         return {"unavailable": str(exc)}
     return {"bpf": bpf.hex(), "unknown": list(unknown)}

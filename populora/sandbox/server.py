@@ -20,6 +20,11 @@ work directory without recursion). A server that cannot clean up after a program
 stays mounted or undeletable) says so in that program's answer (``retire``) and exits; the
 caller starts a fresh one.
 
+Children are not forked from the server itself but from its template (``template.py``), a
+process forked right after the server's start-up that has no clock (``clock.py``), a layout drawn
+from the hash seed (``layout.py``) and never sees a job: a child's memory at fork is the same
+whatever the server ran before, and the job reaches it over a unix socket.
+
 In ``full`` mode the process started by the caller ("outer") only creates the namespaces, forks the
 real server ("inner", PID 1 of the new PID namespace) and waits for it; if the outer process is
 killed the inner one gets SIGKILL (parent-death signal) and the kernel kills its whole namespace.
@@ -41,11 +46,13 @@ import time  # noqa: E402
 
 import channels  # noqa: E402
 import child  # noqa: E402
+import clock  # noqa: E402
 import isolation  # noqa: E402
+import layout  # noqa: E402
 import protocol  # noqa: E402
 import runner  # noqa: E402
 import scratch  # noqa: E402
-import strip  # noqa: E402
+import template  # noqa: E402
 
 # What AZR-style programs import (the task environment's allow-list); imported once here so that a
 # child's import is a dictionary lookup. Each extra module makes every fork a little dearer.
@@ -56,6 +63,8 @@ PRELOAD = (
 ).split()
 
 SETUP_FAILED = child.SETUP_FAILED  # exit code of a child whose confinement failed (the program never ran)
+HELLO_SECONDS = 10.0  # ours: a forked child says hello at once; longer means the template is broken
+GRACE_SECONDS = 5.0  # ours: how long the template may take to reap a killed child and report
 # ours: a result frame and the output travel in one answer the caller reads up to
 # protocol.MAX_CONTROL_FRAME bytes each; 1 MiB of room below it for the headers
 MAX_RESULT_BYTES = protocol.MAX_CONTROL_FRAME - (1 << 20)
@@ -69,7 +78,6 @@ class Server:
         # each program runs as a uid of its own, drawn per program from this range: nothing the
         # kernel counts per user (queued signals, descriptors in flight, pipe buffers) carries over
         self.uids = tuple(config["uids"]) if mode in ("full", "uid") else None
-        self.strip = bool(config.get("strip"))
         self.req = req  # watched during each program: a hang-up means the caller is gone
         self.name = f"lane{config['lane']}-replica{config['replica']}"  # servers may share a scratch root
         self.scratch_root = config["scratch"]
@@ -86,15 +94,19 @@ class Server:
         self.res, self.out = channels.Capture(), channels.Capture()
         bpf = config.get("seccomp", {}).get("bpf")
         self.seccomp = isolation.FilterProgram(bytes.fromhex(bpf)) if bpf else None
+        self.template: template.Template | None = None  # started by serve() once the server is ready
+        self.namespaced = False  # children are PID 1's children in a PID namespace of the template's
 
     # --- one program -------------------------------------------------------------------
     def run(self, job: dict, body: int) -> tuple[dict, memoryview, memoryview, str | None]:
         """Run the job whose body is in the memfd ``body``: (answer header, result bytes, output
         bytes, why this server must retire or None). The two views are zeroed by the caller."""
         uid = None
-        if self.uids is not None:
+        if self.uids is not None:  # drawn by the caller from the job and the seed (executor.job_uid)
             base, span = self.uids
-            uid = base + int.from_bytes(os.urandom(4), "big") % span
+            uid = int(job["uid"])
+            if not base <= uid < base + span:
+                raise ValueError(f"uid {uid} outside the children's range")
         if self.tmpfs:
             workdir = isolation.WORK_DIR
             isolation.mount_scratch(uid, self.scratch_bytes)
@@ -109,24 +121,30 @@ class Server:
         # a child that exits with SETUP_FAILED without it never ran the program (results.classify)
         r_setup, w_setup = os.pipe2(os.O_NONBLOCK)
         start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self._child(body, workdir, w_res, w_out, w_setup, uid)  # ends in os._exit
-            finally:
-                os._exit(SETUP_FAILED + 2)
-        os.close(w_res)
-        os.close(w_out)
-        os.close(w_setup)
+        pid = pidfd = None
+        reaped = False
         retire = None
         try:
-            answer, res, out = self._supervise(job, pid, r_res, r_out, start)
+            try:
+                pid = self.template.spawn({"uid": uid, "workdir": workdir}, [body, w_res, w_out, w_setup],
+                                          start + HELLO_SECONDS)
+            finally:
+                os.close(w_res)
+                os.close(w_out)
+                os.close(w_setup)
+            # a pidfd: the child's exit (no template), or a handle to kill it by at the deadline
+            pidfd = self.template.held(pid) if self.template.forked else os.pidfd_open(pid)
+            answer, res, out = self._supervise(job, pid, pidfd, r_res, r_out, start)
+            reaped = True  # the child's pid may be another process's from here on
             try:
                 answer["setup_done"] = os.read(r_setup, 1) == b"1"
             except BlockingIOError:
                 answer["setup_done"] = False
         finally:
-            self._kill_rest(pid)
+            if pid is not None:
+                self._kill_rest(pid, group=not reaped)
+            if pidfd is not None:
+                os.close(pidfd)
             os.close(r_res)
             os.close(r_out)
             os.close(r_setup)
@@ -137,6 +155,28 @@ class Server:
                 retire = f"the work directory {workdir} could not be removed"
         answer["id"] = job["id"]
         return answer, res, out, retire
+
+    def forget(self, config: dict) -> None:
+        """In the template: drop what differs between servers of one seed (the lane, the sandbox's
+        scratch path, a random name): the server knows it, its children must not."""
+        for key in ("scratch", "lane", "replica"):
+            config.pop(key, None)
+        self.name = self.scratch_root = None
+
+    def enter(self, sock: int) -> None:
+        """A new child (forked from the template): say hello, take the job, run it. Never returns."""
+        try:
+            import socket
+
+            conn = socket.socket(fileno=sock)
+            conn.send(b"h")  # the kernel attaches our pid as the server sees it
+            payload, fds = socket.recv_fds(conn, 1 << 16, 4)[:2]  # not the sender's (autobound) address
+            conn.detach()
+            body, w_res, w_out, w_setup = fds
+            job = json.loads(payload)
+        except BaseException:
+            os._exit(SETUP_FAILED)
+        self._child(body, job["workdir"], w_res, w_out, w_setup, job["uid"])
 
     def _child(self, body: int, workdir: str, w_res: int, w_out: int, w_setup: int, uid: int | None) -> None:
         try:
@@ -178,9 +218,9 @@ class Server:
         source, entry, calls = job["source"], job.get("entry"), job.get("calls") or []
         del job  # the program's frame walk finds its own inputs only, and not twice
         finish(runner.execute(source, entry, calls, int(self.limits["max_output_chars"]),
-                              child.make_before_run(self.strip)))
+                              child.make_before_run()))
 
-    def _supervise(self, job: dict, pid: int, r_res: int, r_out: int, start: float):
+    def _supervise(self, job: dict, pid: int, pidfd: int | None, r_res: int, r_out: int, start: float):
         limits = self.limits
         deadline = start + float(limits["wall_seconds"])
         # the largest frame the limits allow, but never more than the caller accepts in one answer:
@@ -188,12 +228,12 @@ class Server:
         res_cap = min(4096 + int(job["calls"]) * (4 * int(limits["max_output_chars"]) + 8), MAX_RESULT_BYTES)
         out_cap = 4 * int(limits["max_stdout_chars"]) + 4
         res, out = self.res.reset(res_cap), self.out.reset(out_cap)
-        pidfd = os.pidfd_open(pid)
+        exit_fd = self.template.exit_fd(pidfd)  # readable once the child is gone
         poller = select.poll()
         # The result frame is read once the child has exited, saving a wake-up per program, when
         # the pipe can hold the largest frame the limits allow (else it is read as it comes).
         watched = (
-            (r_out, pidfd) if channels.pipe_capacity(r_res, res_cap) >= res_cap else (r_res, r_out, pidfd)
+            (r_out, exit_fd) if channels.pipe_capacity(r_res, res_cap) >= res_cap else (r_res, r_out, exit_fd)
         )
         for fd in watched:
             poller.register(fd, select.POLLIN)
@@ -203,39 +243,51 @@ class Server:
         open_pipes = {r_res, r_out}
         exited = timed_out = False
         drain_until = 0.0
-        try:
-            while not (exited and not open_pipes):
-                left = (drain_until if exited else deadline) - time.monotonic()
-                if left <= 0:
-                    timed_out = not exited
-                    break  # a drain that outlives its second: whatever still writes is killed
-                for fd, _ in poller.poll(left * 1000):
-                    if fd == self.req:
-                        raise channels.CallerGone
-                    if fd == pidfd:
-                        exited = True
-                        poller.unregister(pidfd)
-                        self._kill_rest(pid, reap_child=False)  # anything it left holding the pipes
-                        drain_until = time.monotonic() + 1.0
-                        if r_res not in watched:
-                            poller.register(r_res, select.POLLIN)
-                        continue
-                    if not (res if fd == r_res else out).read_from(fd):
-                        poller.unregister(fd)
-                        open_pipes.discard(fd)
-        finally:
-            os.close(pidfd)
-        if timed_out:
-            os.kill(pid, signal.SIGKILL)
-        _, status, usage = os.wait4(pid, 0)
+        while not (exited and not open_pipes):
+            left = (drain_until if exited else deadline) - time.monotonic()
+            if left <= 0:
+                timed_out = not exited
+                break  # a drain that outlives its second: whatever still writes is killed
+            for fd, _ in poller.poll(left * 1000):
+                if fd == self.req:
+                    raise channels.CallerGone
+                if fd == exit_fd:
+                    exited = True
+                    poller.unregister(exit_fd)
+                    self._kill_rest(pid, reap_child=False)  # anything it left holding the pipes
+                    drain_until = time.monotonic() + 1.0
+                    if r_res not in watched:
+                        poller.register(r_res, select.POLLIN)
+                    continue
+                if not (res if fd == r_res else out).read_from(fd):
+                    poller.unregister(fd)
+                    open_pipes.discard(fd)
+        if timed_out and self.template.forked:  # by its pidfd: the template may have reaped it
+            if pidfd is not None:  # by now; the template kills its group before reaping it
+                try:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        elif timed_out:  # this server's child, alive (unreaped): its pid and group are its own
+            for target in (pid, -pid):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if self.template.forked and not exited:  # the template reports once it has reaped the child
+            poller = select.poll()
+            poller.register(exit_fd, select.POLLIN)
+            if not poller.poll(1000 * GRACE_SECONDS):
+                raise template.TemplateDied(0, "the template did not report a killed child")
+        status, (utime, stime, nvcsw) = self.template.reaped(pid)
         too_large = res.overflow and res.cap == MAX_RESULT_BYTES
         if too_large:
             res.wipe()  # not sent: the caller reports output_too_large from the flag alone
         answer = {
             "seconds": time.monotonic() - start,
-            "cpu": usage.ru_utime + usage.ru_stime,
+            "cpu": utime + stime,
             # voluntary context switches: 0 means the child never blocked (results.starved)
-            "nvcsw": usage.ru_nvcsw,
+            "nvcsw": nvcsw,
             "timed_out": timed_out,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
@@ -246,15 +298,29 @@ class Server:
         }
         return answer, res, out
 
-    def _kill_rest(self, pid: int, reap_child: bool = True) -> None:
+    def _kill_rest(self, pid: int, reap_child: bool = True, group: bool = True) -> None:
         """SIGKILL every process the program made, the child included.
 
         With ``reap_child`` also reap them all (after the child's own ``wait4``); without, only
-        kill, so that the child's exit status is still there to be read.
+        kill, so that the child's exit status is still there to be read. In a PID namespace of the
+        template's, the template kills and reaps them before it reports.
+
+        A process group is signalled by the child's pid only while that pid is held (``group``: the
+        child is alive or a zombie): once it is reaped the number may belong to another program's
+        child (pids are reused, soon on a host with pid_max 32768 under load), which a ``killpg``
+        would kill. Its group was killed before it was reaped (on its exit, or at the deadline); what
+        escaped the group comes to this server, a subreaper, and is found by walking its children.
         """
-        if self.mode == "full":
+        if self.namespaced:
+            return
+        if self.template.forked:  # the template killed the child's group before reaping it (a pid
+            # it reaped may be another process's now: no killpg here); what left the group comes,
+            # orphaned, to this server (a subreaper)
+            isolation.kill_descendants(spare=self.template.pid)
+            return
+        if self.mode == "full":  # PID 1: every other process is the program's
             try:
-                os.kill(-1, signal.SIGKILL)  # PID 1 of the namespace: every other process in it
+                os.kill(-1, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             if not reap_child:
@@ -264,13 +330,13 @@ class Server:
                     os.waitpid(-1, 0)
                 except ChildProcessError:
                     return
-        else:
+        if group:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            if reap_child:
-                isolation.kill_descendants()
+        if reap_child:  # orphans come to this server (a subreaper), never to the template
+            isolation.kill_descendants(spare=self.template.pid)
 
 
 def answer_one(server: Server, job: dict, body: int, resp: int) -> bool:
@@ -303,22 +369,38 @@ def answer_one(server: Server, job: dict, body: int, resp: int) -> bool:
     return not retire
 
 
-def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
+def serve(config: dict, mode: str, report: dict, req: int, resp: int, mappings) -> None:
+    seed = int(os.environ.pop("PYTHONHASHSEED", "0") or 0)  # already drawn; children need no copy
+    os.environ.pop(layout.PAD_VARIABLE, None)
+    os.environ.pop("GLIBC_TUNABLES", None)
+    without = config.get("without", ())
+    deterministic = config.get("deterministic", True)
+    if not deterministic:  # an evaluation harness's sandbox: clocks and entropy stay (executor.Sandbox)
+        without = (*without, "clock")
+    report["layout"] = layout.perturb_mappings(seed) if "layout" not in without else "left out"
+    layout.fix_exec_random(seed)
     for name in PRELOAD:
         try:
             __import__(name)
         except ImportError:
             report.setdefault("not_preloaded", []).append(name)
-    os.environ.pop("PYTHONHASHSEED", None)  # the hash secret is already drawn; children need no copy
+    if "layout" not in without:
+        report["layout"].update(layout.perturb_objects(seed))
+    if deterministic:
+        _seed_random(seed)
+    report["clock"] = clock.prepare(mappings) if "clock" not in without else "left out"
     server = Server(config, mode, report, req)
-    if server.strip:  # after the preloads (nothing can be imported later), before the first child
-        report["strip"] = strip.prepare()
-    gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write pages)
     report["seccomp"] = (
         "loaded in every child"
         if server.seccomp
         else config.get("seccomp", {}).get("unavailable", "not requested")
     )
+    gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write pages)
+    server.template = template.Template(
+        server.enter, lambda: server.forget(config),
+        pid_namespace=mode == "full", forked="template" not in without)
+    server.namespaced = server.template.namespace
+    report.update(server.template.report)
     protocol.write_json(resp, {"ready": True, "mode": mode, "report": report, "pid": os.getpid()})
     while True:
         header = protocol.read_json(req)
@@ -342,6 +424,16 @@ def serve(config: dict, mode: str, report: dict, req: int, resp: int) -> None:
                 os.close(fd)
 
 
+def _seed_random(seed: int) -> None:
+    """``random``'s global generator from the hash seed, in the server and in every child: the
+    module re-seeds it after each fork with ``Random.seed()``'s default argument, which is made the
+    seed instead of ``None`` (entropy)."""
+    import random
+
+    random.Random.seed.__defaults__ = (seed, 2)
+    random.seed()
+
+
 def main(argv: list[str]) -> int:
     # Slurm's preemption signal reaches every process of a job step; it is the trainer's to handle
     # (populora/signals.py). Started with it blocked; ignored from here on, by programs too.
@@ -353,12 +445,17 @@ def main(argv: list[str]) -> int:
     os.dup2(null, 1)
     os.close(null)
     wanted = config["isolation"]
+    try:  # read while /proc is still the host's (the inner server's is empty)
+        mappings = clock.special_mappings()
+    except OSError:
+        mappings = None
     report: dict = {}
     mode = "rlimits"
     if wanted in ("auto", "full") and isolation.is_root():
         try:
             needed = isolation.runtime_paths()
-            report = isolation.enter_namespaces(bool(config["limits"]["network"]), needed)
+            devices = isolation.DEVICES + (() if config.get("deterministic", True) else isolation.RANDOM_DEVICES)
+            report = isolation.enter_namespaces(bool(config["limits"]["network"]), needed, devices)
             mode = "full"
         except isolation.NamespacesUnavailable as exc:
             report = {"namespaces_failed": str(exc)}
@@ -373,7 +470,7 @@ def main(argv: list[str]) -> int:
         mode = "uid"
     if mode != "full":
         isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
-        serve(config, mode, report, req, resp)
+        serve(config, mode, report, req, resp, mappings)
         return 0
     lifeline_r, lifeline_w = os.pipe()
     pid = os.fork()
@@ -390,7 +487,7 @@ def main(argv: list[str]) -> int:
             report["proc"] = isolation.mount_private_proc()
         else:  # programs see an empty /proc: no host-wide counters (stat, meminfo, inode numbers)
             report["proc"] = "hidden"
-        serve(config, mode, report, req, resp)
+        serve(config, mode, report, req, resp, mappings)
         os._exit(0)
     os.close(lifeline_r)
     os.close(req)

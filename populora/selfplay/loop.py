@@ -176,7 +176,9 @@ class SelfPlay:
             rho = stages.solve_rates(groups)
             nondeterministic = stages.nondeterministic_tasks(groups)
             m.counts["check/nondeterministic_tasks"] = len(nondeterministic)
-            m.counts["buffer/removed"] = self.buffers.discard(nondeterministic)
+            refused = stages.refused_tasks(groups)  # gold computed under other sandbox limits
+            m.counts["check/limits_changed_tasks"] = len(refused)
+            m.counts["buffer/removed"] = self.buffers.discard(nondeterministic | refused)
 
         # 6. rewards: teachers from validity and rho; students' rewards are on their attempts
         records = stages.teacher_rewards(records, rho, pairs, env.teacher_reward, nondeterministic)

@@ -15,7 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from populora.policy.base import GenerationResult
-from populora.tasks.records import GENERATION_ERROR, SANDBOX_ERROR, Attempt, Proposal, Task, Verdict
+from populora.tasks.records import (
+    GENERATION_ERROR,
+    LIMITS_CHANGED_KIND,
+    SANDBOX_ERROR,
+    Attempt,
+    Proposal,
+    Task,
+    Verdict,
+    reason_kind,
+)
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,14 @@ def is_infra_error(attempt: Attempt) -> bool:
     return attempt.reason in INFRA_ERRORS
 
 
+def is_refused(attempt: Attempt) -> bool:
+    """An attempt at a task whose gold was computed under other sandbox limits than this run's
+    (``limits_changed:<field>``, ``tasks/checking.py``): the checker refused to judge it."""
+    return reason_kind(attempt.reason) == LIMITS_CHANGED_KIND
+
+
 def is_unjudged(attempt: Attempt) -> bool:
-    """An attempt that counts for nothing: lost by the infrastructure, or on a nondeterministic task
-    (no right answer exists). Not in rho, not rated, not trained on."""
-    return is_infra_error(attempt) or attempt.reason == TASK_NONDETERMINISTIC
+    """An attempt that counts for nothing: lost by the infrastructure, on a nondeterministic task
+    (no right answer exists), or refused because its task's gold was computed under other limits.
+    Not in rho, not rated, not trained on."""
+    return is_infra_error(attempt) or attempt.reason == TASK_NONDETERMINISTIC or is_refused(attempt)

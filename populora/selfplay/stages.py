@@ -28,6 +28,7 @@ from populora.selfplay.records import (
     Seq,
     SolveGroup,
     StageError,
+    is_refused,
     is_unjudged,
 )
 from populora.tasks import checking, parsing, prompts, rewards, validation
@@ -152,7 +153,8 @@ def check(groups: Sequence[SolveGroup], sandbox, env: TaskEnv) -> tuple[list[Sol
     ``StageError``), not scored as the student's fault. In the same batch every task's own program
     runs once more on its gold inputs; the attempts at a task whose program no longer gives its gold
     outputs are marked ``task_nondeterministic`` (they count for nothing, and ``teacher_rewards``
-    makes the task invalid).
+    makes the task invalid). An attempt at a task whose gold was computed under other sandbox limits
+    keeps the checker's ``limits_changed:<field>`` and counts for nothing too (``refused_tasks``).
     """
     flat = [(g, c) for g in groups for c in (g.generation.completions if g.generation is not None else [])]
     to_judge = [k for k, (_, c) in enumerate(flat) if c.finish_reason != "abort"]  # the engine lost the rest
@@ -191,6 +193,13 @@ def solve_rates(groups: Sequence[SolveGroup]) -> dict[tuple[str, str], float]:
 def nondeterministic_tasks(groups: Sequence[SolveGroup]) -> frozenset[str]:
     """Ids of the tasks whose program gave other outputs when run again at the check (see ``check``)."""
     return frozenset(g.task.id for g in groups if any(a.reason == TASK_NONDETERMINISTIC for a in g.attempts))
+
+
+def refused_tasks(groups: Sequence[SolveGroup]) -> frozenset[str]:
+    """Ids of the tasks the checker refused because their gold was computed under other sandbox
+    limits than this run's (a run resumed with other limits: ``tasks/checking.py``); they cannot be
+    judged here, so they leave the buffers."""
+    return frozenset(g.task.id for g in groups if any(is_refused(a) for a in g.attempts))
 
 
 def teacher_rewards(records: Sequence[ProposalRecord], rho: Mapping[tuple[str, str], float],

@@ -8,15 +8,17 @@ The task kind (``populora.tasks.kinds``) reads and judges each answer:
 - ``code_i``: ``f(predicted_input)`` runs in the sandbox; correct when the returned value equals the
   gold output. Any input that produces the output is right.
 - ``code_f``: the candidate program must pass the same static checks as a proposal (parses, defines
-  ``f``, AST safety check) and then runs in the sandbox on the hidden inputs; correct when every
-  hidden output matches (binary, the default). With ``tasks.code_f.fractional`` each hidden input runs as its
-  own execution and ``score`` is the fraction matched (``correct`` stays "all matched").
+  ``f``, AST safety check) and then runs in the sandbox on the hidden inputs, each in a fresh child
+  of its own, as validation computed their gold outputs (``tasks.calls: alone``, one semantics
+  everywhere: ``determinism.py``); correct when every hidden output matches (binary, the default).
+  With ``tasks.code_f.fractional`` ``score`` is the fraction matched (``correct`` stays "all
+  matched").
 - ``code_e``: the predicted error type name equals the gold one (``NoError`` when f returns).
 
 All sandbox work of a batch goes into ONE ``run_many`` call.
 
 ``check_and_rerun`` also runs each task's own program again on its gold inputs, in the same batch,
-under one more replica's hash seed and each input alone (``determinism.rerun_programs``): a
+under one more replica's hash seed, each input alone (``determinism.rerun_programs``): a
 program that no longer gives its gold outputs was nondeterministic after all (its validation
 executions agreed by chance, or it reads something that changes between runs). Any outcome the
 program can bring about counts as changed: an error, a memory or CPU-time limit, an exit, a
@@ -24,12 +26,16 @@ signal, a stall; only a failure the sandbox proves is its own (``Outcome.infrast
 the verdict. Such a task cannot be judged; the solve stage gives its teacher the invalid reward
 (``selfplay/stages.py``).
 
-Every program here runs with the runtime strip layer (``tasks.strip``).
+**Gold limits.** A task that records the sandbox limits its gold was computed under (``Task.limits``)
+is judged only by a sandbox with the same ones: under other limits (a run resumed with another
+``sandbox.memory_mb``, a ``tasks check`` with another ``--memory-mb``) every answer to it gets
+``limits_changed:<field>`` (not correct, not wrong: the stage counts it for nothing) and its program
+is not re-run. A task without the record (written before issue 37, or made by hand) is judged
+under the checker's limits.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import populora.tasks.determinism as determinism
@@ -37,7 +43,7 @@ from populora.tasks.config import TaskEnv
 from populora.tasks.kinds.base import CheckRun, Judgement
 from populora.tasks.kinds.registry import get_kind
 from populora.tasks.parsing import parse_student_answer
-from populora.tasks.records import FORMAT, Attempt, Task
+from populora.tasks.records import FORMAT, Attempt, GoldLimits, Task, limits_changed
 from populora.tasks.rewards import student_reward
 
 
@@ -48,6 +54,15 @@ def check_many(items: Sequence[tuple[Task, str]], sandbox, env: TaskEnv) -> list
     ``sandbox`` (a ``populora.sandbox.Sandbox``) is needed only when an answer must run (code_i, code_f).
     """
     return check_and_rerun(items, (), sandbox, env)[0]
+
+
+def limits_refusal(task: Task, own: GoldLimits | None) -> str | None:
+    """``limits_changed:<field>`` when ``task``'s gold was computed under other sandbox limits than
+    the checker's (``own``), else None (the same limits, or either unknown)."""
+    if task.limits is None or own is None:
+        return None
+    field_name = task.limits.first_difference(own)
+    return None if field_name is None else limits_changed(field_name)
 
 
 def gold_calls(task: Task) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -80,8 +95,13 @@ def check_and_rerun(
     results: list[Judgement | None] = [None] * len(items)
     runs: list[tuple[int, CheckRun, int]] = []  # (item index, run, first program)
     programs = []
+    own = GoldLimits.of(getattr(sandbox, "limits", None))
     for i, (task, completion) in enumerate(items):
         parsed = parse_student_answer(completion, task.type, env)
+        changed_limit = limits_refusal(task, own)
+        if changed_limit is not None:
+            results[i] = Judgement(parsed.answer, parsed.format_ok, False, 0.0, changed_limit)
+            continue
         if not parsed.format_ok:
             results[i] = Judgement(None, False, False, 0.0, FORMAT)
             continue
@@ -91,12 +111,12 @@ def check_and_rerun(
         else:
             runs.append((i, plan, len(programs)))
             programs.extend(plan.programs)
-    if env.strip:
-        programs = [dataclasses.replace(p, strip=True) for p in programs]
     if step is None:
         step = max((t.step for t in rerun), default=0)
     spans = []  # (task, call order, first program, count) of the re-runs
     for t in rerun:
+        if limits_refusal(t, own) is not None:
+            continue  # under other limits its gold proves nothing: it is refused, not re-run
         progs, order = determinism.rerun_programs(t.program, gold_calls(t)[0], env, determinism.run_seed_of(sandbox),
                                                   step)
         spans.append((t, order, len(programs), len(progs)))

@@ -27,6 +27,7 @@ from populora.tasks.safety import SafetyConfig
 
 SEED_SOURCES = ("generate", "handwritten")
 REPLICA_SEEDS = ("step", "fixed")  # tasks.replica_seeds (tasks/determinism.py)
+CALLS = ("alone", "first_alone", "together")  # tasks.calls (tasks/determinism.py)
 PROMPT_STYLES = ("chat", "r1")
 TEACHER_REWARDS = ("populora", "azr")
 
@@ -115,14 +116,16 @@ class TaskEnvFields:
     # servers | fixed: the replicas' fixed seeds, the same every step (the layout before issue 32,
     # kept to measure the cost)
     replica_seeds: str = "step"
-    # ours: several inputs (code_f) run each in a fresh child, so no output depends on earlier calls;
-    # False: one child calls f on all of them (in reverse order in odd executions)
-    isolated_calls: bool = True
+    # how a program runs on several inputs (code_f), in validation, the check's re-run and the checker
+    # of students' answers alike. alone (ours, issue 37): each input in a fresh child, everywhere, so an
+    # output is what f gives for that input alone, with the whole of every limit, as the prompt tells the
+    # student | first_alone: issue 32's layout (the first execution alone, the others and the re-run in
+    # one child in a drawn order, the checker in one child) | together: before issue 32 (one child,
+    # reversed in odd executions). The last two only to measure what "alone" costs (populora bench
+    # executor); the earlier key `tasks.isolated_calls` reads as `alone` (true) or `together` (false)
+    calls: str = "alone"
     # ours: a proposal that failed or disagreed in a turn leaves the next turns (its verdict is made)
     early_stop: bool = True
-    # ours: task programs run with the sandbox's runtime strip layer (sandbox/strip.py); False only
-    # to measure what it costs
-    strip: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "types", tuple(self.types))
@@ -157,7 +160,8 @@ class TaskEnvFields:
               "replicas", f"must be at least two distinct replica numbers >= 0, got {list(self.replicas)}")
         _need(self.replica_seeds in REPLICA_SEEDS, "replica_seeds",
               f"must be one of {REPLICA_SEEDS}, got {self.replica_seeds!r}")
-        for key in ("replicas_in_turn", "isolated_calls", "early_stop", "strip"):
+        _need(self.calls in CALLS, "calls", f"must be one of {CALLS}, got {self.calls!r}")
+        for key in ("replicas_in_turn", "early_stop"):
             _need(isinstance(getattr(self, key), bool), key, f"must be true or false, got {getattr(self, key)!r}")
 
     @property

@@ -13,20 +13,24 @@ compares again (``rerun_changed``). What makes a difference visible:
   independent seeds a set of three strings comes out in one order in all four with probability
   about 1/6**3 (0.5%): ``list(set(words))`` is rejected at least 99% of the time
   (``tests/test_tasks_determinism.py`` measures it), and the re-run divides what is left by 6;
-* **each input alone** (``tasks.isolated_calls``): for a proposal with several inputs (code_f) the
-  first execution runs every input in a fresh child of its own, so its outputs are what ``f`` gives
-  for each input alone; every other execution, and the re-run, calls ``f`` on all of them in one
-  child in an order drawn from its seed, which the program cannot know in advance. Every execution
-  must agree with the first, so no output can depend on how many times, or after what, ``f`` was
-  called (a fresh child for every input of every execution costs three times as many children for
-  the same guarantee);
+* **each input alone, everywhere** (``tasks.calls: alone``): a program given several inputs (code_f)
+  runs each of them in a fresh child of its own, in every execution, in the check's re-run
+  (``rerun_programs``) and in the checker of students' answers (``kinds/code_f.py``). So a task's
+  output is what ``f`` gives for that input alone, with the whole of every limit, which is what the
+  student is told and how the student's program is judged: a program whose output depends on its
+  call history has one meaning everywhere (issue 37: issue 32's layout ran the first execution
+  alone and the others in one child in a drawn order, while the checker ran a student's program on
+  the hidden inputs in one child, so a program that changed its output on the fifth call in the
+  checker's order passed validation and then failed its own task). The replicas then vary what a
+  task must not depend on, the hash seed and the process (addresses), not the order of the calls:
+  children of one execution share nothing;
 * **turns** (``tasks.replicas_in_turn``): the executions run one turn after the other (turn ``k``
   holds every proposal's ``k``-th execution), so two executions that are compared never overlap in
   time; a proposal that already failed or disagreed leaves the next turns (``tasks.early_stop``).
 
-``tasks.replica_seeds: fixed``, ``isolated_calls: false``, ``early_stop: false`` and two replicas
-give the layout before issue 32, kept to measure what each measure costs (``populora bench
-executor``).
+``tasks.replica_seeds: fixed``, ``calls: together``, ``early_stop: false`` and two replicas give the
+layout before issue 32, and ``calls: first_alone`` issue 32's, kept to measure what each measure
+costs (``populora bench executor``).
 """
 
 from __future__ import annotations
@@ -62,29 +66,33 @@ def run_seed_of(sandbox) -> int:
 
 
 def call_order(n: int, k: int, seed: int | None, env) -> list[int]:
-    """The order in which the ``k``-th execution calls ``f`` on ``n`` inputs (input indices).
+    """The order in which the ``k``-th execution calls ``f`` on ``n`` inputs in one child (input
+    indices), in the layouts kept to measure (``tasks.calls: alone`` makes no such calls).
 
-    With ``env.isolated_calls`` an order drawn from the execution's seed (or its replica number
-    under fixed seeds): the program cannot know it in advance; the first execution runs each input
-    alone and pins every output to what ``f`` gives for its input alone. Without, the layout before
-    issue 32: odd executions run the inputs in reverse order."""
+    ``first_alone`` (issue 32): an order drawn from the execution's seed (or its replica number under
+    fixed seeds). ``together`` (before issue 32): odd executions run the inputs in reverse order."""
     order = list(range(n))
-    if env.isolated_calls:
+    if env.calls == "first_alone":
         random.Random(f"populora-call-order:{seed}:{k}").shuffle(order)
         return order
     return order[::-1] if k % 2 else order
+
+
+def runs_alone(env, n_inputs: int, k: int) -> bool:
+    """Whether the ``k``-th execution of a program on ``n_inputs`` inputs runs each input in a fresh
+    child of its own: always under ``tasks.calls: alone``; only the first execution under
+    ``first_alone``; never under ``together`` (one input is one child in every layout)."""
+    return n_inputs > 1 and (env.calls == "alone" or (env.calls == "first_alone" and k == 0))
 
 
 def execution_programs(program: str, inputs: tuple[str, ...], k: int, replica: int, seed: int | None,
                        env) -> tuple[list[Program], list[int] | None]:
     """The programs of the ``k``-th execution of ``program`` on ``inputs`` under replica number
     ``replica`` (with ``seed``, or the replica's fixed seed when None), and the order of the calls
-    when one program makes them all (None: one program per input). With ``env.isolated_calls`` and
-    several inputs, the first execution runs each input alone in a fresh child (``f`` on its input
-    with no state from any other call); every other one calls ``f`` on all of them in one child, in
-    an order drawn from its seed (``call_order``)."""
-    common = {"entry": env.entry, "replica": replica, "hash_seed": seed, "strip": env.strip}
-    if env.isolated_calls and len(inputs) > 1 and k == 0:
+    when one program makes them all (None: one program per input, ``runs_alone``: ``f`` on its input
+    with no state from any other call)."""
+    common = {"entry": env.entry, "replica": replica, "hash_seed": seed}
+    if runs_alone(env, len(inputs), k):
         return [Program(program, calls=(text,), **common) for text in inputs], None
     order = call_order(len(inputs), k, seed, env)
     return [Program(program, calls=tuple(inputs[i] for i in order), **common)], order
@@ -164,8 +172,8 @@ def run_executions(sandbox, runs: Sequence[tuple[str, str, tuple[str, ...]]], en
 def rerun_programs(program: str, inputs: tuple[str, ...], env, run_seed: int, step: int
                    ) -> tuple[list[Program], list[int] | None]:
     """The check stage's re-run of a task's program on its gold inputs: under one more replica's
-    seed (``rerun_replica``), its calls in an order drawn from that seed (``execution_programs``
-    as for an execution after the first); and the order of its calls."""
+    seed (``rerun_replica``), run as an execution after the first (``execution_programs``: each
+    input alone under ``tasks.calls: alone``); and the order of its calls (None: each alone)."""
     replica = rerun_replica(env.replicas)
     seed = None if env.replica_seeds == "fixed" else replica_seed(run_seed, step, replica)
     return execution_programs(program, inputs, len(env.replicas), replica, seed, env)

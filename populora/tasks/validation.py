@@ -15,9 +15,8 @@ For each proposal, in order (the first failure is the reason):
    per replica number of ``tasks.replicas`` (four by default), each on fresh fork servers with a
    hash seed drawn from (run seed, step, replica), one turn after the other (no two executions that
    are compared overlap in time), each input alone in a fresh child when there are several
-   (code_f), within the limits and with the runtime strip layer (``sandbox/strip.py``); the kind
-   turns each execution into outputs or a reason (``timeout``, ``memory``,
-   ``runtime_error:<Type>``, ``crashed:<detail>``...; code_e accepts a raised error, whose type is
+   (code_f), within the limits; the kind turns each execution into outputs or a reason (``timeout``,
+   ``memory``, ``runtime_error:<Type>``, ``refused:clock``, ``crashed:<detail>``...; code_e accepts a raised error, whose type is
    its output), and different outputs give ``nondeterministic``. A failed execution is never
    mistaken for an empty output (an AZR defect); a proposal whose verdict is made leaves the turns
    that follow;
@@ -25,18 +24,22 @@ For each proposal, in order (the first failure is the reason):
    (``output_too_large``; never truncated, a truncated output would make the task unsolvable) and, for
    code_o/code_i, reads back as a literal (``not_literal``), or the student could not write it.
 
+A valid task records the sandbox limits its gold outputs were computed under (``Task.limits``, a
+``GoldLimits``); the checker judges it only under the same ones (``checking.py``).
+
 All executions of one turn go to the sandbox in ONE ``run_many`` call so that all workers stay busy.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import populora.tasks.determinism as determinism
 from populora.tasks.config import TaskEnv
 from populora.tasks.kinds.registry import get_kind
 from populora.tasks.programs import program_reason
-from populora.tasks.records import FORMAT, Proposal, Task, Verdict
+from populora.tasks.records import FORMAT, GoldLimits, Proposal, Task, Verdict
 
 
 def check_inputs(proposal: Proposal, env: TaskEnv) -> tuple[str | None, tuple[str, ...]]:
@@ -84,6 +87,7 @@ def validate_many(proposals: Sequence[Proposal], sandbox, env: TaskEnv | None = 
     judged = determinism.run_executions(
         sandbox, [(proposals[i].type, proposals[i].program, inputs) for i, inputs in runs], env,
         determinism.run_seed_of(sandbox), step)
+    limits = GoldLimits.of(getattr(sandbox, "limits", None))  # what the gold outputs were computed under
     for (i, inputs), (reason, outputs, seconds) in zip(runs, judged):
         if reason is None:
             reason = get_kind(proposals[i].type).output_reason(outputs, env)
@@ -91,6 +95,6 @@ def validate_many(proposals: Sequence[Proposal], sandbox, env: TaskEnv | None = 
             verdicts[i] = Verdict(False, reason, seconds=seconds)
         else:
             values = tuple(outputs)
-            task = make_task(proposals[i], inputs, values, env)
+            task = dataclasses.replace(make_task(proposals[i], inputs, values, env), limits=limits)
             verdicts[i] = Verdict(True, None, outputs=values, seconds=seconds, task=task)
     return [v for v in verdicts if v is not None]

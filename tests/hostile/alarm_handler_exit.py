@@ -1,8 +1,7 @@
-# attack: arm a SIGALRM whose handler calls os._exit(0) just after f returns
-# expect: ok
+# attack: arm a SIGALRM whose handler calls os._exit(0) just after f returns (issue 37: a timer is a clock, refused)
+# expect: error refused:clock
 # calls: ["0"]
 # ruff: noqa
-# values: ["7"]
 import os, signal
 signal.signal(signal.SIGALRM, lambda *a: os._exit(0))
 def f(x):

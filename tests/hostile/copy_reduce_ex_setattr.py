@@ -1,6 +1,5 @@
 # attack: issue 22: copy.copy through a __reduce_ex__ defined by a run-time key writes attributes named at run time (setattr in copy._reconstruct) on the copy; the AST filter lets it through (docs/sandbox.md: a class namespace built at run time), the copy is the program's own object
 # expect: ok
-# stripped: ok
 # calls: ["0"]
 # values: ["['Box', 'here']"]
 # ruff: noqa

@@ -1,5 +1,5 @@
 # attack: resolve a host name
-# expect: error runtime_error:gaierror|runtime_error:OSError
+# expect: error runtime_error:gaierror|runtime_error:OSError|runtime_error:LookupError
 # calls: ["0"]
 # ruff: noqa
 import socket

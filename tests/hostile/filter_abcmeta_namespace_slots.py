@@ -1,6 +1,5 @@
 # attack: issue 32: ABCMeta called with a namespace built at run time whose __slots__ names a dunder (a member descriptor under a name C code looks up), then the frames of a running generator up to the fork server
 # expect: ok
-# stripped: error runtime_error:AttributeError
 # filter: banned:ABCMeta
 # calls: ["0"]
 # ruff: noqa

@@ -1,6 +1,5 @@
 # attack: issue 32: __slotnames__ and __setattr__ set in a class namespace built at run time: copy.copy reads every attribute named there (a getattr in C, object.__getstate__) and hands each value to the program; then the program walks a function's globals to the builtins' open
 # expect: error runtime_error:FileNotFoundError
-# stripped: error runtime_error:AttributeError
 # filter: banned:type
 # calls: ["0"]
 # ruff: noqa

@@ -1,6 +1,5 @@
 # attack: issue 22 (AST filter: banned:replace): dataclasses.replace reads getattr(obj, name) for the names of fields a metaclass supplies, and hands the values to the class it calls
 # expect: ok
-# stripped: ok
 # values: ["['function']"]
 # calls: ["0"]
 # ruff: noqa

@@ -1,6 +1,5 @@
 # attack: issue 32: the enum functional API builds a class namespace at run time: a dunder name among the members becomes a plain class attribute (here __format__, read in C by format()), so format() calls a function of the program's choosing with a name of its choosing
 # expect: ok
-# stripped: ok
 # filter: banned:enum_functional
 # calls: ["0"]
 # values: ["'format hooked: spec'"]

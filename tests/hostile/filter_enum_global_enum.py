@@ -1,6 +1,5 @@
 # attack: issue 22 (AST filter: banned:global_enum): enum.global_enum writes an enum's members into the program's module globals under names built at run time (here it shadows the builtin print)
 # expect: ok
-# stripped: ok
 # calls: ["0"]
 # ruff: noqa
 import enum

@@ -1,6 +1,5 @@
 # attack: issue 22 (AST filter: banned:pickle_by_enum_name): enum.pickle_by_enum_name returns the builtin getattr as data; with it, a function's globals and the builtins' open
 # expect: error runtime_error:FileNotFoundError
-# stripped: error runtime_error:AttributeError
 # calls: ["0"]
 # ruff: noqa
 import enum

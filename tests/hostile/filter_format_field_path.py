@@ -1,6 +1,5 @@
 # attack: issue 13 item 7 (AST filter: banned:gi_frame): a str.format field path walks a running generator's frame to the caller's globals
 # expect: ok
-# stripped: error runtime_error:AttributeError
 # calls: ["0"]
 # ruff: noqa
 # values: ["'__main__'"]

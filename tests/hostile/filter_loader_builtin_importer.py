@@ -1,6 +1,5 @@
 # attack: issue 32: the builtin importer through a module's __loader__, read with __getattr__ forwarding set in a class namespace built at run time: a fresh posix module, then the host's files
 # expect: error runtime_error:FileNotFoundError
-# stripped: error runtime_error:KeyError
 # filter: banned:type
 # calls: ["0"]
 # ruff: noqa

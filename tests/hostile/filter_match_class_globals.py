@@ -1,6 +1,5 @@
 # attack: issue 13 item 7 (AST filter: banned:__globals__): a match class pattern's keyword attribute reaches a function's globals, then the builtins' open
 # expect: error runtime_error:FileNotFoundError
-# stripped: ok
 # calls: ["0"]
 # ruff: noqa
 def f(x):

@@ -1,6 +1,5 @@
 # attack: issue 22 (AST filter: banned:dataclass): the real dataclass, then an extra decorator that swaps the class for one with a hostile metaclass and __match_args__
 # expect: error runtime_error:FileNotFoundError
-# stripped: ok
 # calls: ["0"]
 # ruff: noqa
 from dataclasses import dataclass

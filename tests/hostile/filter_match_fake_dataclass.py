@@ -1,6 +1,5 @@
 # attack: issue 22 (AST filter: banned:match_positional): a program-defined decorator named dataclass returns a class whose metaclass says every object is an instance and whose __match_args__ names __globals__; the positional pattern reads it from a function
 # expect: error runtime_error:FileNotFoundError
-# stripped: ok
 # calls: ["0"]
 # ruff: noqa
 M = type('M', (type,), {'__instance' + 'check__': lambda c, o: True})

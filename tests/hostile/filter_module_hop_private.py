@@ -1,6 +1,5 @@
 # attack: issue 13 item 7 (AST filter: banned:collections): a hop through an allowed module's private attributes reaches os
 # expect: error runtime_error:FileNotFoundError
-# stripped: error runtime_error:AttributeError
 # calls: ["0"]
 # ruff: noqa
 import typing

@@ -1,6 +1,5 @@
 # attack: issue 32: the copy protocol's reduce path with __reduce_ex__ set in a class namespace built at run time: copy calls whatever callable it returns, here the getattr a builtin method's own __reduce__ hands out as data, on a function and a name built at run time
 # expect: error runtime_error:FileNotFoundError
-# stripped: error runtime_error:AttributeError
 # filter: banned:type
 # calls: ["0"]
 # ruff: noqa

@@ -1,6 +1,5 @@
 # attack: issue 32: formatting through a str subclass whose __format__ is set, in a class namespace built at run time, to the unbound str.format: format() then evaluates a field path written at run time (an attribute walk in C) and shows the function's globals; with them the builtins' open
 # expect: error runtime_error:FileNotFoundError
-# stripped: error runtime_error:AttributeError
 # filter: banned:type
 # calls: ["0"]
 # ruff: noqa

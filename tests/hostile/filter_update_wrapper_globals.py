@@ -1,6 +1,5 @@
 # attack: issue 13 item 7 (AST filter: banned:__setattr__): functools.update_wrapper copies a string-built '__globals__' into a user dunder method
 # expect: error runtime_error:FileNotFoundError
-# stripped: error runtime_error:AttributeError
 # calls: ["0"]
 # ruff: noqa
 import functools

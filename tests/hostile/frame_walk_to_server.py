@@ -1,6 +1,5 @@
 # attack: walk the frames up to the fork server's serve() and read every string it holds (other jobs' programs and inputs were there)
 # expect: ok
-# stripped: error runtime_error:ModuleNotFoundError
 # calls: ["0"]
 # ruff: noqa
 # values: ["[]"]

@@ -1,6 +1,5 @@
 # attack: scan gc.get_objects() for file objects and ints to find the result channel
 # expect: crashed crashed:bad_result
-# stripped: error runtime_error:ModuleNotFoundError
 # calls: ["0"]
 # ruff: noqa
 import gc, io, os

@@ -1,5 +1,5 @@
 # attack: scan /proc for every pid and SIGKILL each (the caller included)
-# expect: ok
+# expect: ok|error runtime_error:PermissionError
 # calls: ["0"]
 # ruff: noqa
 # values: ["0"]

@@ -3,16 +3,17 @@
 # calls: ["0"]
 # values: ["0"]
 # ruff: noqa
-import threading, time
+import _thread
 def f(hold):
-    stop = threading.Event()
+    stop = _thread.allocate_lock()
+    stop.acquire()
     started = 0
     for _ in range(10000):
         try:
-            threading.Thread(target=stop.wait, daemon=True).start()
+            _thread.start_new_thread(stop.acquire, ())
         except (RuntimeError, OSError):
             break
         started += 1
-    time.sleep(hold)
-    stop.set()
+    sum(range(int(hold * 20_000_000)))  # holds about `hold` seconds of CPU (a child has no clock)
+    stop.release()
     return started

@@ -17,8 +17,8 @@ def f(hold):
             for off in range(0, size, 2 * page):
                 ctypes.memset(addr + off, 1, 1)
                 if libc.mprotect(addr + off, page, 1) != 0:
-                    time.sleep(hold)
+                    sum(range(int(hold * 20_000_000)))  # holds about `hold` seconds of CPU (a child has no clock)
                     return vmas
                 vmas += 2
-    time.sleep(hold)
+    sum(range(int(hold * 20_000_000)))  # holds about `hold` seconds of CPU (a child has no clock)
     return vmas

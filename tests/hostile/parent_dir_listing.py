@@ -1,5 +1,5 @@
 # attack: list the directory above the work directory, looking for other programs' files or the host's
-# expect: ok
+# expect: ok|error runtime_error:PermissionError
 # calls: ["0"]
 # ruff: noqa
 # values: ["[]"]

@@ -1,5 +1,5 @@
 # attack: list /root (the caller's home)
-# expect: ok
+# expect: ok|error runtime_error:PermissionError
 # calls: ["0"]
 # ruff: noqa
 # values: ["[]"]

@@ -1,6 +1,5 @@
 # attack: issue 32: two executions agree on a fresh random value through the host's inode counter: pinned to CPU 0, the first (the counter at a mark) moves the counter by creating pipes to encode its value; the next one, pinned there too, reads it from the inode number of a new pipe
 # expect: error runtime_error:PermissionError
-# stripped: error runtime_error:ModuleNotFoundError
 # validate: runtime_error:PermissionError
 # calls: ["0"]
 # ruff: noqa

@@ -1,5 +1,5 @@
 # attack: spawn a shell that writes outside the work directory
-# expect: error runtime_error:BlockingIOError|runtime_error:OSError|runtime_error:PermissionError
+# expect: error runtime_error:BlockingIOError|runtime_error:OSError|runtime_error:PermissionError|runtime_error:ModuleNotFoundError
 # calls: ["0"]
 # ruff: noqa
 import subprocess

@@ -1,6 +1,5 @@
 # attack: write a file in /tmp
 # expect: error runtime_error:OSError|runtime_error:PermissionError|runtime_error:FileNotFoundError
-# stripped: error runtime_error:NameError
 # calls: ["0"]
 # ruff: noqa
 def f(x):

@@ -232,12 +232,21 @@ def is_argument_list(payload: str) -> bool:
         return False
 
 
-def run_matches(program: str, calls: tuple[str, ...], gold: Sequence[str], answer: str, entry: str) -> CheckRun:
-    """One execution of ``program`` on ``calls`` whose values must all equal ``gold``."""
+def run_matches(program: str, calls: tuple[str, ...], gold: Sequence[str], answer: str, entry: str,
+                alone: bool = True) -> CheckRun:
+    """``program`` on ``calls``, whose values must all equal ``gold``: each call in a fresh child of
+    its own (``alone``: how validation computed the gold under ``tasks.calls: alone``, see
+    ``tasks/determinism.py``), else all calls in one child in the given order (the layouts kept to
+    measure). The first failure, in call order, is the reason."""
     def judge(outs: Sequence[Outcome]) -> Judgement:
-        out = outs[0]
-        if not out.ok or len(out.values) != len(gold):
-            return Judgement(answer, True, False, 0.0, out.reason or out.status)
-        return judged(answer, [reprs_match(g, v) for g, v in zip(gold, out.values)])
+        for out in outs:
+            if not out.ok:
+                return Judgement(answer, True, False, 0.0, out.reason or out.status)
+        values = [v for out in outs for v in out.values]
+        if len(values) != len(gold):  # the sandbox guarantees one value per call
+            return Judgement(answer, True, False, 0.0, "crashed:bad_result")
+        return judged(answer, [reprs_match(g, v) for g, v in zip(gold, values)])
 
+    if alone:
+        return CheckRun([Program(program, entry=entry, calls=(call,)) for call in calls], judge)
     return CheckRun([Program(program, entry=entry, calls=calls)], judge)

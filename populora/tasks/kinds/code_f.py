@@ -124,8 +124,8 @@ class CodeF(TaskKind):
             return Judgement(answer, True, False, 0.0, reason)
         hidden = [inp for inp, _ in task.hidden_pairs]
         gold = [out for _, out in task.hidden_pairs]
-        if not self.knobs(env).fractional:
-            return run_matches(answer, tuple(hidden), gold, answer, env.entry)
+        if not self.knobs(env).fractional:  # each hidden input alone, as its gold was computed (tasks.calls)
+            return run_matches(answer, tuple(hidden), gold, answer, env.entry, alone=env.calls == "alone")
 
         def judge(outs: Sequence[Outcome]) -> Judgement:  # one execution per hidden input
             matched = [o.ok and len(o.values) == 1 and reprs_match(g, o.values[0]) for g, o in zip(gold, outs)]
