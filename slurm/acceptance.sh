@@ -5,6 +5,7 @@
 # budget. The doctor rewrites its report after every stage, so OUT holds one even if this is cut short.
 #
 #   slurm/acceptance.sh WHEELHOUSE OUT [doctor arguments ...]      # from the project's checkout
+#   slurm/acceptance.sh - OUT [doctor arguments ...]               # a rehearsal: no install, PYTHON's populora
 #
 # Environment: PYTHON (the node's interpreter, default python3), BUDGET_S (the doctor's --budget-s,
 # default 540), VENV (default $TMPDIR/populora-acceptance). Exit status: the doctor's (docs/doctor.md),
@@ -12,7 +13,7 @@
 set -u
 [ $# -ge 2 ] || { echo "usage: slurm/acceptance.sh WHEELHOUSE OUT [doctor arguments ...]" >&2; exit 2; }
 [ -f pyproject.toml ] || { echo "acceptance: run it from the project's checkout (no pyproject.toml here)" >&2; exit 2; }
-wh=$(cd "$1" && pwd) || { echo "acceptance: wheelhouse $1 not found" >&2; exit 2; }
+if [ "$1" = - ]; then wh=-; else wh=$(cd "$1" && pwd) || { echo "acceptance: wheelhouse $1 not found" >&2; exit 2; }; fi
 out=$2; shift 2
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 log=$out/acceptance.log
@@ -25,6 +26,15 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTH
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || echo "no nvidia-smi"
     "$py" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)'
 } >>"$log" 2>&1
+
+if [ "$wh" = - ]; then  # the rehearsal: the doctor as PYTHON has it installed, everything else as below
+    echo "no wheelhouse: a rehearsal with the populora of $py, nothing installed" >>"$log"
+    timeout -k 20 $((${budget%.*} + 60)) "$py" -m populora.cli doctor --budget-s "$budget" --out "$out/doctor" "$@" >>"$log" 2>&1
+    rc=$?
+    echo "doctor exit $rc" >>"$log"
+    tail -n 3 "$log"
+    exit $rc
+fi
 
 # 1. a virtual environment that sees the node's packages; its own pip, else the node's pip aimed at it.
 #    When the node's Python is itself a virtual environment, --system-site-packages would see past it

@@ -47,7 +47,7 @@ def test_default_engines_include_vllm_when_installed():
 def test_bench_generate_runs_both_engines_and_vllm_matches_hf_greedy_tokens():
     _need_vllm()
     cmd = [sys.executable, "-m", "populora.cli", "bench", "generate", "--models", "tiny", "--engines", "hf,vllm",
-           "--adapters", "2", "--prompts-per-adapter", "2", "--new-tokens", "8"]
+           "--adapters", "2", "--prompts-per-adapter", "2", "--new-tokens", "8", "--repeats", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
@@ -74,4 +74,8 @@ def test_bench_generate_runs_both_engines_and_vllm_matches_hf_greedy_tokens():
         assert math.isfinite(_float(cells[4])) and _float(cells[4]) > 0, cells  # vllm/hf
         assert cells[5] == "4/4", f"{arm}: vLLM's greedy tokens differ from HF's: {cells}"
     assert "runs through an all-zero adapter" in out  # the CPU base arm is said to pay the LoRA work
+
+    # table 3 (HF only): the preallocated KV cache against transformers' DynamicCache, same tokens
+    (kv,) = [ln.split() for ln in lines if ln.startswith("tiny ") and ln.split()[2:3] == ["preallocated"]]
+    assert kv[1] == "hf" and _float(kv[5]) > 0 and kv[6] == "4/4", kv
     assert sum("multi-LoRA goal" in ln for ln in lines) == 2

@@ -117,7 +117,7 @@ def test_estimates_grow_with_the_work_and_use_measured_rates():
     assert training_flops(10, 1, 1, 1, 1, False) < training_flops(10, 1, 1, 1, 1, True)
     rates = Rates("cuda")
     before = training_s(1e15, 0, 8, rates)
-    rates.measure("train_flops", 4e14)
+    rates.measure("train_flops", 1.2e15)
     assert training_s(1e15, 0, 8, rates) < before and "train_flops" in rates.measured
     assert generation_s(128, 15e9, Rates("cuda")) > generation_s(32, 15e9, Rates("cuda"))
 
@@ -196,3 +196,32 @@ def test_the_baseline_agent_trains_on_the_doctors_batch():
         trainer.release()
     assert result.error is None and [u.role for u in result.updates] == ["both"]
     assert result.warmup.loss is None and result.updates[0].grad_norm > 0
+
+
+def test_only_picks_the_kinds_of_stage_and_puts_the_step_first():
+    tiny, baseline = str(REPO / "configs" / "tiny.yaml"), str(REPO / "configs" / "baseline-7b.yaml")
+    names = lambda opts: [s.name for s in Doctor(opts, lambda r: None).stages()]  # noqa: E731
+    assert names(Options((baseline, tiny), "cpu", only=("step",))) == ["versions", "devices", "self-play step"]
+    assert names(Options((tiny,), "cpu", only=("training", "step"), tests=True)) == [
+        "versions", "devices", "self-play step", "tiny: plan", "tiny: model", "tiny: training", "tiny: verdict"]
+    full = names(Options((tiny,), "cpu", tests=True))
+    assert full.index("tiny: generation (hf)") < full.index("tests") < full.index("self-play step") < full.index("all-reduce")
+    assert "self-play step" not in names(Options((tiny,), "cpu", step=False, only=("step",)))
+
+
+def test_model_flops_of_a_lora_step_written_out():
+    """The count of doctor/mfu.py on a toy shape, term by term, and the peak table's lookups."""
+    from populora.doctor.mfu import lora_training_flops, mfu, peak_flops
+    from populora.plan.shapes import ModelShape
+
+    shape = ModelShape(vocab=10, hidden=4, intermediate=8, layers=2, heads=2, kv_heads=1, head_dim=2,
+                       tied_embeddings=False, qkv_bias=False)
+    n_lin = 4 * 4 + 4 * 2 + 4 * 2 + 4 * 4 + 3 * 4 * 8  # q, k, v, o, gate, up, down
+    lora = 3 * ((4 + 4) + (8 + 4))  # rank 3 on q_proj and down_proj
+    t, c = 5 + 2, 2
+    want = 4 * t * 2 * n_lin + 6 * t * 2 * lora + 6 * 2 * 4 * t * t + 4 * c * 4 * 10
+    assert lora_training_flops(shape, 3, ("q_proj", "down_proj"), [(5, 2)] * 3) == 3 * want
+    assert peak_flops("NVIDIA H200", "bfloat16") == peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989.4e12
+    assert peak_flops("NVIDIA H100 PCIe", "bfloat16") == 756.5e12
+    assert peak_flops("NVIDIA H200", "float32") is None and peak_flops("Some CPU", "bfloat16") is None
+    assert mfu(989.4e12, 2.0, 989.4e12) == 0.5 and mfu(1.0, 1.0, None) is None

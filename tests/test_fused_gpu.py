@@ -69,6 +69,29 @@ def test_grouped_mm_is_each_tokens_own_adapter_in_bf16(shape):
     assert _rel(grouped, ref[0]) <= 2 * _rel(loop, ref[0]) + 1e-3
 
 
+@pytest.mark.parametrize("shape", SHAPES_7B[2:], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_generation_kernel_on_stacked_slots_in_bf16(shape):
+    """Mixed-adapter generation's LoRA product (stacked_delta: grouped_mm over the rows of each stacked
+    adapter, some with no rows left) against the bf16 loop and float64, at a decode step (one token
+    per row) and a prefill (32 tokens per row)."""
+    from populora.policy.multi_lora import route_index, stacked_delta
+
+    d_in, d_out = shape
+    g = torch.Generator(device="cuda").manual_seed(1)
+    counts = (3, 0, 1, 7, 0, 2, 2, 1)  # rows per stacked adapter; two have finished all theirs
+    a = (torch.randn(len(counts), RANK, d_in, device="cuda", generator=g) / d_in**0.5).bfloat16()
+    b = (torch.randn(len(counts), d_out, RANK, device="cuda", generator=g) / RANK**0.5).bfloat16()
+    for width in (1, 32):
+        x = torch.randn(sum(counts) * width, d_in, device="cuda", generator=g).bfloat16()
+        offs = route_index(counts, width, x.device, grouped=True)
+        got = stacked_delta(x, a, b, counts, width, [2.0] * len(counts), index=offs)
+        ends = [int(e) for e in offs.tolist()]
+        loop = lora_delta(x, list(a), list(b), ends, [2.0] * len(counts), kernel=LOOP)
+        ref = lora_delta(x.double(), [t.double() for t in a], [t.double() for t in b], ends, [2.0] * len(counts),
+                         kernel=LOOP)
+        assert _rel(got, ref) < 1e-2 and _rel(got, ref) <= 2 * _rel(loop, ref) + 1e-3, (width, _rel(got, ref))
+
+
 # -- a whole fused pass on a small random Qwen2 -------------------------------------------------------
 @dataclass
 class _Seq:  # the fields of populora.selfplay.records.Seq that the update reads

@@ -4,13 +4,22 @@ reference; the multi-adapter LoRA product itself (milliseconds); and the update 
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 import torch
 
 from populora.policy.hf import HFBackend
-from populora.policy.multi_lora import GROUPED, LOOP, SlotLayout, grouped_mm, lora_delta
+from populora.policy.multi_lora import (
+    GROUPED,
+    LOOP,
+    SlotLayout,
+    grouped_mm,
+    lora_delta,
+    route_index,
+    stacked_delta,
+)
 from populora.rl.config import RLConfig
 from populora.rl.fused import MemberPart, fused_gradients
 from populora.rl.packing import MicroBatching, TokenBudget
@@ -47,6 +56,38 @@ def test_lora_delta_is_each_tokens_own_adapter_and_an_empty_slot_gets_nothing():
     torch.testing.assert_close(out, expect, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="do not cover"):
         lora_delta(x, a, b, [3, 3, 6], [1.0] * 3)
+
+
+def test_the_generation_kernel_pads_unequal_slots_and_is_each_rows_own_adapter():
+    """stacked_delta (one batched product over the stacked slots) against the loop, in float64: equal
+    slots (a view), unequal and empty ones (padded by an index gather), per-slot scales."""
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(3, 4, 16, generator=g, dtype=torch.float64)
+    b = torch.randn(3, 8, 4, generator=g, dtype=torch.float64)
+    for counts, width in (((2, 2, 2), 1), ((2, 0, 3), 2), ((1, 4, 1), 3)):
+        x = torch.randn(sum(counts) * width, 16, generator=g, dtype=torch.float64)
+        ends = list(itertools.accumulate(c * width for c in counts))
+        want = lora_delta(x, list(a), list(b), ends, [2.0, 1.0, 0.5], kernel=LOOP)
+        got = stacked_delta(x, a, b, counts, width, [2.0, 1.0, 0.5])
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        index = route_index(counts, width, x.device, grouped=False)
+        assert (index is None) == (len(set(counts)) == 1)
+    with pytest.raises(ValueError, match="are not the 5 tokens"):
+        stacked_delta(torch.zeros(5, 16, dtype=torch.float64), a, b, (2, 2, 2), 1, [1.0] * 3)
+
+
+def test_serving_routes_rows_grouped_by_adapter_with_base_rows_last():
+    from populora.policy.multi_lora import Serving
+
+    serve = Serving(("a", "b", "c"), {}, base_name="__base__")
+    serve.route(["a", "a", "c", "__base__", None])
+    assert (serve.counts, serve.base_rows, serve.rows, serve.lora_rows) == ((2, 0, 1), 2, 5, 3)
+    with pytest.raises(ValueError, match="grouped by adapter"):
+        serve.route(["c", "a"])
+    with pytest.raises(ValueError, match="grouped by adapter"):
+        serve.route([None, "a"])
+    with pytest.raises(ValueError, match="'z' is not served"):
+        serve.route(["z"])
 
 
 @pytest.mark.skipif(grouped_mm() is None, reason="this torch has no grouped_mm")

@@ -96,6 +96,41 @@ def test_mixed_greedy_batch_equals_single_adapter_runs(backend):
     assert len(set(per_adapter.values())) == 4
 
 
+def test_mixed_rows_that_stop_at_different_steps_equal_single_adapter_runs(backend):
+    """Rows leave the batch at different steps (stop strings), so the adapters' row counts differ and
+    the LoRA product pads each adapter's rows (multi_lora.route_index); tokens stay those of each
+    adapter alone."""
+    s = SamplingParams(temperature=0, max_new_tokens=12, stop=("+", "]", "Str", "tty", " F"))
+    reqs = [Req(p, a) for p in PROMPTS for a in ("m0", "m1", "m2", None)]
+    mixed = backend.generate(reqs, s)
+    lengths = {}
+    for a in ("m0", "m1", "m2", None):
+        sub = [i for i, r in enumerate(reqs) if r.adapter == a]
+        for i, res in zip(sub, backend.generate([reqs[i] for i in sub], s)):
+            assert mixed[i].completions[0].text == res.completions[0].text, reqs[i]
+            _assert_same_greedy(backend, mixed[i], a, res.completions[0].token_ids, reqs[i])
+            lengths.setdefault(a, []).append(len(res.completions[0].token_ids))
+    assert len({tuple(v) for v in lengths.values()}) > 1 and min(map(min, lengths.values())) < 12  # rows left early
+
+
+def test_preallocated_kv_cache_gives_the_dynamic_caches_logprobs(backend):
+    """The preallocated cache (policy.kv_cache) against transformers' DynamicCache: sampled rows, n=2 samples
+    copied after one prefill, rows leaving at stop strings: the same tokens and the same log-probabilities."""
+    s = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=16, n=2, seed=3, stop=("+", "]", "tty"))
+    reqs = [Req(p, a) for p in PROMPTS for a in ("m0", "m1", None)]
+    config = backend.trainer.config
+    assert config.kv_cache == "preallocated"
+    out = {}
+    try:
+        for kind in ("preallocated", "dynamic"):
+            config.kv_cache = kind
+            out[kind] = [(c.token_ids, c.logprobs) for r in backend.generate(reqs, s) for c in r.completions]
+    finally:
+        config.kv_cache = "preallocated"
+    assert out["preallocated"] == out["dynamic"]
+    assert len({len(t) for t, _ in out["dynamic"]}) > 1  # rows left the batch (and the cache) early
+
+
 def test_base_rows_match_transformers_generate(backend):
     """Our decode loop against the library's: greedy tokens of the bare base are the same."""
     for prompt in PROMPTS[:2]:

@@ -1,7 +1,7 @@
 """`populora doctor`: the acceptance run of one node (random weights at the presets' shapes, no download).
 
     populora doctor [--config PRESET ...] [--device cuda|cpu] [--out DIR] [--budget-s S] [--gpu-gib N]
-                    [--tests] [--dry-run] [key=value ...]
+                    [--tests] [--dry-run] [--only KINDS] [--strategies] [--step-new-tokens N] [key=value ...]
 
 Stages, cheapest and most informative first: versions against known-bad pairs, devices, then per
 preset its plan, the random model, one training step of every member with its memory beside the plan,
@@ -44,6 +44,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the tests/ directory for --tests (default: the source tree's, else ./tests)")
     p.add_argument("--no-step", dest="step", action="store_false",
                    help="leave out the self-play step stage (4T+4S vs the baseline)")
+    p.add_argument("--only", default=None, metavar="KINDS",
+                   help="run only these kinds of stage (comma-separated: training, generation, tests, step, "
+                        "allreduce; versions and devices always run), e.g. --only step: the self-play step alone, "
+                        "on the first population preset named")
+    p.add_argument("--strategies", action="store_true",
+                   help="the training stage also times its batches through every update strategy (fused, sequential)")
+    p.add_argument("--step-new-tokens", type=int, default=None, metavar="N",
+                   help="completion tokens of the self-play step (default 128 on cuda, 32 on cpu)")
     p.add_argument("--min-headroom", type=float, default=0.10, help="fraction of the device that must stay free (0.10)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every preset")
     p.set_defaults(func=cmd_doctor)
@@ -80,10 +88,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             print(f"populora doctor: {flag} must be > 0, got {value:g}", file=sys.stderr)
             return 2
+    from populora.doctor.run import ONLY_KINDS
+
+    only = tuple(k for k in (args.only or "").split(",") if k)
+    unknown = [k for k in only if k not in ONLY_KINDS]
+    if unknown or (args.only is not None and not only):
+        print(f"populora doctor: --only takes kinds of {', '.join(ONLY_KINDS)}, got {args.only!r}", file=sys.stderr)
+        return 2
+    if args.step_new_tokens is not None and args.step_new_tokens < 1:
+        print(f"populora doctor: --step-new-tokens must be >= 1, got {args.step_new_tokens}", file=sys.stderr)
+        return 2
     command = "populora doctor " + shlex.join(sys.argv[2:] if sys.argv[1:2] == ["doctor"] else
                                               [f"--device={args.device}", *(f"--config={c}" for c in configs)])
     opts = Options(configs, args.device, tuple(args.overrides), args.min_headroom, args.tests, command.strip(),
-                   args.budget_s, args.gpu_gib, args.tests_dir, args.step)
+                   args.budget_s, args.gpu_gib, args.tests_dir, args.step, only, args.strategies, args.step_new_tokens)
     try:
         if args.dry_run:
             print(dry_run_text(opts))
@@ -103,6 +121,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report = run_doctor(opts, write=lambda r: write_reports(r, out))
     js, md = write_reports(report, out)
     print(render_markdown(report))
+    if report.step is not None and report.step.ratio is not None:
+        print(f"population/baseline step ratio: {report.step.ratio:.2f}x ({report.step.preset} shapes, "
+              f"{report.device.kind if report.device else args.device}, engine {report.step.engine})")
     print(f"reports: {js} and {md}")
     status = exit_status(report)
     if status == 4:

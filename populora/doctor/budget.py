@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# ours: effective training FLOP/s of HF eager training in bf16 on an H100-class GPU (about a fifth of
-# the dense peak) and in float32 on two CPU cores; decode-step seconds floor (Python and kernel launch
-# per step of HF generate with per-row adapters); effective memory bandwidth for a decode step
+# ours: effective training FLOP/s (``training_flops``' count) of HF training in bf16 on an H100-class GPU
+# (one H200 measured 8.6e14 on 4t4s-7b's fused step, docs/benchmarks/gpu.md; 70% of that, to err long)
+# and in float32 on two CPU cores; decode-step seconds floor (Python and kernel launch per step of the
+# HF decode); effective memory bandwidth for a decode step
 START_RATES = {
-    "cuda": {"train_flops": 2.0e14, "step_overhead_s": 0.04, "bandwidth": 1.0e12, "model_params_per_s": 1.0e9},
+    "cuda": {"train_flops": 6.0e14, "step_overhead_s": 0.04, "bandwidth": 1.0e12, "model_params_per_s": 1.0e9},
     "cpu": {"train_flops": 6.0e10, "step_overhead_s": 0.03, "bandwidth": 5.0e9, "model_params_per_s": 5.0e7},
 }
 FIXED_S = {  # ours: stages whose cost does not scale with the model, measured on the development machines
@@ -76,10 +77,15 @@ def decode_step_s(weight_bytes: float, rates: Rates) -> float:
     return max(rates["step_overhead_s"], weight_bytes / rates["bandwidth"] + rates["step_overhead_s"] / 2)
 
 
+MIXED_STEP_FACTOR = 1.5  # ours: a mixed-adapter decode step over a plain one, erring long (multi_lora.py's
+# product over stacked slots measured 0.9-1.0x of one adapter's on CPU, docs/benchmarks/generate.md; peft's
+# loop over adapters measured 4.7x on one H200 for 8 members)
+
+
 def generation_s(new_tokens: int, weight_bytes: float, rates: Rates) -> float:
-    """The HF arms: a 2-token warm-up call and three arms of ``new_tokens`` decode steps each, with
-    mixed adapters costing up to 3x a step (peft's per-adapter loop)."""
-    return 2.0 + (2 + 3 * new_tokens) * decode_step_s(weight_bytes, rates) * 3
+    """The HF arms: a 2-token warm-up call and three arms of ``new_tokens`` decode steps each, a step
+    costing up to ``MIXED_STEP_FACTOR`` a plain one."""
+    return 2.0 + (2 + 3 * new_tokens) * decode_step_s(weight_bytes, rates) * MIXED_STEP_FACTOR
 
 
 def selfplay_step_s(params: int, layers: int, hidden: int, weight_bytes: float, members: int, sequences: int,
@@ -87,7 +93,7 @@ def selfplay_step_s(params: int, layers: int, hidden: int, weight_bytes: float, 
     """One arm of the self-play step stage: model build, then two steps (warm-up and timed), each two
     generate calls of ``new_tokens`` decode steps (proposals, then attempts), a sandbox round, and one
     update of every member on ``sequences`` sequences."""
-    per_step = (2 * (new_tokens + 1) * decode_step_s(weight_bytes, rates) * 3 + 5.0
+    per_step = (2 * (new_tokens + 1) * decode_step_s(weight_bytes, rates) * MIXED_STEP_FACTOR + 5.0
                 + training_flops(params, layers, hidden, STEP_PROMPT_TOKENS + new_tokens, sequences * members,
                                  checkpointing) / rates["train_flops"])
     return model_s(params, rates) + 2 * per_step + members * 1.0

@@ -1,8 +1,9 @@
 """Mixed-adapter generation vs one adapter vs the base model, on the HF engine and on vLLM.
 
 The same prompts go to every arm (``populora bench generate``'s prompts: ``prompts_per_adapter`` per
-member), greedy, with ``new_tokens`` new tokens at most; one warm-up call first (every adapter and
-the base once: it starts vLLM's engine), then the arms one after another:
+member), greedy, with ``new_tokens`` new tokens at most; one warm-up call first (every prompt for its
+mixed member and one for the base, 2 tokens: every adapter runs, the prefill has the arms' size, and
+it starts vLLM's engine), then the arms one after another:
 
 - ``mixed``: one call, each request for its own member (every member of the preset);
 - ``one_adapter``: the same prompts, all for the first member;
@@ -49,8 +50,9 @@ RATIO_LABELS = {
                          "member: what serving the population in one batch costs beyond serving one adapter",
     "mixed/base": "seconds of the mixed call over the same requests on the bare base: the LoRA cost of the engine",
 }
-HF_RATIO_NOTE = ("on the HF engine mixed/one_adapter measures peft's per-row adapter routing (each LoRA layer "
-                 "loops over the adapters of the batch), not the population's cost on vLLM's multi-LoRA kernels")
+HF_RATIO_NOTE = ("on the HF engine mixed/one_adapter measures the trainer's multi-adapter LoRA product "
+                 "(policy/multi_lora.py: one grouped product over the batch's adapters per layer), not the "
+                 "population's cost on vLLM's multi-LoRA kernels")
 
 
 def arm_ratios(result: GenerationResult) -> dict[str, float | None]:
@@ -78,8 +80,8 @@ def time_arms(policy, names: list[str], new_tokens: int, fresh=lambda: None) -> 
                "one_adapter": [GenerationRequest(p, names[0]) for p in prompts],
                "base": [GenerationRequest(p, None) for p in prompts]}
     greedy = SamplingParams(temperature=0, max_new_tokens=new_tokens)
-    t0 = time.perf_counter()
-    policy.generate([GenerationRequest(prompts[0], n) for n in [*names, None]], SamplingParams(temperature=0, max_new_tokens=2))
+    t0 = time.perf_counter()  # warm-up: every prompt for its mixed member and one for the base, 2 tokens
+    policy.generate([*batches["mixed"], GenerationRequest(prompts[0], None)], SamplingParams(temperature=0, max_new_tokens=2))
     warmup = time.perf_counter() - t0
     out = []
     for arm in ARMS:

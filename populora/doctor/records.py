@@ -89,6 +89,19 @@ class MemberUpdate:
 
 
 @dataclass(frozen=True)
+class StrategyTiming:
+    """One timed update of every member on the training stage's batches through one update strategy."""
+
+    strategy: str  # rl.update_strategy: fused | sequential
+    seconds: float
+    tokens: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class TrainingResult:
     """The training stage of one preset: the model, every member's update and the memory measured."""
 
@@ -111,12 +124,25 @@ class TrainingResult:
     behaviour_logprob: float | None = None  # the log-probability every sampled token is given: -ln(vocab)
     strategy: str = "sequential"  # rl.update_strategy of the timed step
     step_seconds: float | None = None  # the timed step: every member's update (forward, backward, AdamW)
+    flops: float | None = None  # model FLOPs of the timed step (doctor/mfu.py: the count written out)
+    peak_flops: float | None = None  # the device's dense peak in the training dtype (None: not known)
+    strategies: tuple[StrategyTiming, ...] = ()  # with --strategies: the same batches through each strategy
 
     @property
     def tokens_per_s(self) -> float | None:
         if not self.step_seconds:
             return None
         return sum(u.tokens for u in self.updates) / self.step_seconds
+
+    @property
+    def flops_per_s(self) -> float | None:
+        return self.flops / self.step_seconds if self.flops and self.step_seconds else None
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilization of the timed step: FLOPs / seconds / the device's peak."""
+        f = self.flops_per_s
+        return f / self.peak_flops if f and self.peak_flops else None
 
     @property
     def per_member_bytes(self) -> float | None:

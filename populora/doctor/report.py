@@ -12,10 +12,15 @@ from pathlib import Path
 
 from populora.doctor.generation import RATIO_LABELS, arm_ratios
 from populora.doctor.records import DoctorReport, GenerationResult, PresetReport, StepComparison, to_json
+from populora.doctor.step import phase_groups
 
 GIB = float(1 << 30)
 STEP_PHASES = ("generate", "validate", "solve", "check", "train", "publish", "evolve")  # the order
 PAPER_STEP_RATIO = 1.31  # paper: 4T+4S wall-clock over one agent, vLLM multi-LoRA on GPU
+FLOPS_FORMULA = ("4 T L N_lin + 6 T L sum_j r (in_j + out_j) + 6 L q T^2 + 4 C d V per sequence of T = P + C tokens "
+                 "(frozen projections: forward and input gradient; LoRA: forward, input and weight gradients; causal "
+                 "attention; the vocabulary projection on the C completion tokens); recomputation not counted "
+                 "(populora/doctor/mfu.py)")
 
 
 def report_json(report: DoctorReport) -> dict:
@@ -26,6 +31,11 @@ def report_json(report: DoctorReport) -> dict:
         if preset.training is not None:
             raw["training"]["tokens_per_s"] = preset.training.tokens_per_s
             raw["training"]["per_member_bytes"] = preset.training.per_member_bytes
+            raw["training"]["flops_per_s"] = preset.training.flops_per_s
+            raw["training"]["mfu"] = preset.training.mfu
+            raw["training"]["flops_formula"] = FLOPS_FORMULA
+            for st, rs in zip(preset.training.strategies, raw["training"]["strategies"]):
+                rs["tokens_per_s"] = st.tokens_per_s
             for u, ru in zip(preset.training.updates, raw["training"]["updates"]):
                 ru["tokens_per_s"] = u.tokens_per_s
         for g, rg in zip(preset.generation, raw["generation"]):
@@ -38,6 +48,7 @@ def report_json(report: DoctorReport) -> dict:
         out["step"]["ratio"] = report.step.ratio
         for arm, raw in zip(report.step.arms, out["step"]["arms"]):
             raw["publish_share"] = arm.phases.get("publish", 0.0) / arm.step_s if arm.step_s > 0 else None
+            raw["groups"] = phase_groups(arm.phases)
         out["step"]["ratio_label"] = ("seconds of one timed population step over one timed baseline step "
                                       f"(the paper reports {PAPER_STEP_RATIO}x for 4T+4S with vLLM on GPU)")
     return out
@@ -163,6 +174,18 @@ def _training(p: PresetReport) -> list[str]:
                          f"{_num(u.loss, '.4g')} | {_num(u.grad_norm, '.3g')} |")
         lines.append(f"\ntimed step: {_num(t.step_seconds)} s, {_num(t.tokens_per_s, '.0f')} tokens/s over all members "
                      "(prompt + completion tokens; forward, backward, optimizer steps)")
+    if t.flops:
+        mfu = (f"MFU **{t.mfu:.1%}** of the device's dense {t.dtype} peak {t.peak_flops / 1e12:.1f} TFLOP/s"
+               if t.mfu is not None else "MFU not given (no peak FLOP/s known for this device and dtype)")
+        lines.append(f"\nmodel FLOPs of the timed step: {t.flops:.4g} ({FLOPS_FORMULA}); "
+                     f"{_num(t.flops_per_s and t.flops_per_s / 1e12, '.2f')} TFLOP/s; {mfu}")
+    if t.strategies:
+        lines += ["", "| update strategy (same batches, after the timed step) | seconds | tokens/s |",
+                  "| --- | ---: | ---: |"]
+        lines += [f"| {st.strategy} | {st.seconds:.3f} | {st.tokens_per_s:.0f} |" for st in t.strategies]
+        both = {st.strategy: st.seconds for st in t.strategies}
+        if both.get("fused") and both.get("sequential"):
+            lines.append(f"\nfused/sequential: {both['fused'] / both['sequential']:.2f}x the seconds")
     if t.per_member_bytes is not None:
         lines.append(f"\nper member: {t.per_member_bytes / GIB:.3f} GiB resident (LoRA factors, float32 masters, AdamW "
                      "state; measured after the warm-up, when every member's optimizer state exists)")
@@ -213,11 +236,17 @@ def _step(s: StepComparison) -> list[str]:
             vals = [a.phases.get(ph) for a in s.arms]
             ratio = vals[0] / vals[1] if len(vals) == 2 and vals[0] is not None and vals[1] and vals[1] >= 1e-3 else None
             lines.append(f"| {ph} | " + " | ".join(_num(x, '.3f') for x in vals) + f" | {_num(ratio)} |")
+        groups = [phase_groups(a.phases) for a in s.arms]
+        for g in groups[0]:
+            vals = [x[g] for x in groups]
+            ratio = vals[0] / vals[1] if len(vals) == 2 and vals[1] >= 1e-3 else None
+            lines.append(f"| *{g}* | " + " | ".join(f"{v:.3f}" for v in vals) + f" | {_num(ratio)} |")
         lines.append("| **step** | " + " | ".join(f"{a.step_s:.3f}" for a in s.arms) + f" | {_num(s.ratio)} |")
         lines.append("| warm-up step (apart) | " + " | ".join(f"{a.warmup_s:.3f}" for a in s.arms) + " | |")
         lines.append("\npublish (the trainer's new weights to the engine serving them), share of the step: "
                      + ", ".join(f"{a.label} {a.phases.get('publish', 0.0) / a.step_s:.1%}" for a in s.arms if a.step_s > 0)
                      + f" (engine {s.engine})")
+        lines.append(f"\npopulation/baseline step ratio: {_num(s.ratio)}x")
         lines.append(f"\npopulation/baseline: **{_num(s.ratio)}x** per step: seconds of one timed population step over "
                      f"one timed baseline step, each member on the baseline's budget (the paper: {PAPER_STEP_RATIO}x for "
                      "4T+4S with vLLM on GPU).")

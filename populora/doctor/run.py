@@ -41,6 +41,18 @@ class Options:
     gpu_gib: float | None = None  # judge the fit for a card of this size (default: the device's own)
     tests_dir: str | None = None
     step: bool = True
+    only: tuple[str, ...] = ()  # stage kinds to run (ONLY_KINDS); empty: every stage
+    strategies: bool = False  # the training stage also times every update strategy on its batches
+    step_new_tokens: int | None = None  # the step's completion tokens (default step.STEP_NEW_TOKENS[device])
+
+    def runs(self, kind: str) -> bool:
+        """Whether stages of ``kind`` run (``--only``; the step also needs ``step``, the tests ``--tests``)."""
+        if kind == "step" and not self.step or kind == "tests" and not self.tests:
+            return False
+        return not self.only or kind in self.only
+
+
+ONLY_KINDS = ("training", "generation", "tests", "step", "allreduce")  # --only (versions and devices always run)
 
 
 def default_configs(device: str, root: Path | None = None) -> tuple[str, ...]:
@@ -126,9 +138,10 @@ def dry_run_text(opts: Options) -> str:
     ranks = "every local GPU" if opts.device == "cuda" else f"{CPU_RANKS} local CPU ranks"
     sizes = ", ".join(f"{s / 2**20:g} MiB" for s in default_sizes(backend))
     budget = f"--budget-s {opts.budget_s:g}: a stage starts only if its estimate fits" if opts.budget_s else "no budget"
-    lines = [f"populora doctor --device {opts.device}: dry run (nothing is started); {budget}",
-             f"all-reduce: {backend}, float32 sum over {ranks}, sizes {sizes}; algbw and busbw = algbw x 2(n-1)/n"]
-    for path in opts.configs:
+    lines = [f"populora doctor --device {opts.device}: dry run (nothing is started); {budget}"]
+    if opts.runs("allreduce"):
+        lines.append(f"all-reduce: {backend}, float32 sum over {ranks}, sizes {sizes}; algbw and busbw = algbw x 2(n-1)/n")
+    for path in opts.configs if opts.runs("training") or opts.runs("generation") else ():
         cfg = preset_config(path, opts.overrides, opts.device)
         plan = check_plan(cfg, gib, min_headroom=opts.min_headroom)
         shape = model_shape(cfg.policy.model)
@@ -145,14 +158,29 @@ def dry_run_text(opts: Options) -> str:
             f"{'on' if cfg.policy.gradient_checkpointing else 'off'}",
             f"  generation: hf engine, and vllm where importable: mixed / one_adapter / base arms, "
             f"{len(roster) * PROMPTS_PER_ADAPTER} requests, {NEW_TOKENS[opts.device]} new tokens"
-            + ("; sleep/wake timed" if opts.device == "cuda" and cfg.policy.vllm.sleep_between_phases else ""),
+            + ("; sleep/wake timed" if opts.device == "cuda" and cfg.policy.vllm.sleep_between_phases else "")
+            if opts.runs("generation") else "  generation: not run (--only)",
             f"  plan on {gib:.1f} GiB ({where}): {'fits' if plan.fits else 'DOES NOT FIT'}, peak {plan.peak_gib:.2f} GiB; items (GiB):",
         ]
         lines += [f"    {k:<20} {v:>10.3f}" for k, v in plan.items.items()]
-    if opts.step:
-        lines.append("\nself-play step: 4T+4S and the baseline, one warm-up and one timed step each, on the first "
-                     "population preset")
-    if opts.tests:
+    if opts.only:
+        lines.append(f"\nonly: versions, devices, {', '.join(opts.only)}")
+    if opts.strategies and opts.runs("training"):
+        lines.append("\ntraining: then the same batches through every update strategy (fused, sequential), each timed")
+    if opts.runs("step"):
+        from populora.doctor.step import STUDENTS, TEACHERS, step_sizes
+
+        step_path = next((p for p in opts.configs if not preset_config(p, opts.overrides, opts.device).population.baseline),
+                         None)
+        if step_path is not None:
+            cfg = preset_config(step_path, opts.overrides, opts.device)
+            seqs, rollouts, teacher_new, student_new = step_sizes(cfg, opts.device, opts.step_new_tokens)
+            lines.append(f"\nself-play step ({cfg.name}): {TEACHERS}T+{STUDENTS}S and the baseline, one warm-up and one "
+                         f"timed step each; {seqs} sequences per member, {rollouts} rollouts, {teacher_new} (teacher) and "
+                         f"{student_new} (student) new tokens")
+        else:
+            lines.append("\nself-play step: no population preset named (only baselines): not run")
+    if opts.runs("tests"):
         d = tests_dir(opts)
         files = gpu_test_files(d) if d else []
         lines.append(f"\ntests: pytest -m gpu on {len(files)} file(s) holding gpu tests: "
@@ -219,27 +247,42 @@ class Doctor:
     def stages(self) -> list:
         from populora.doctor.stages import Stage
 
+        opts = self.opts
         out = [Stage("versions", self.run_versions, lambda: self.rates.fixed("versions")),
                Stage("devices", self.run_devices, lambda: self.rates.fixed("devices"))]
-        step_preset = next((p for p in self.opts.configs if not self._is_baseline(p)), None)
-        first, *rest = self.opts.configs
+        step_preset = next((p for p in opts.configs if not self._is_baseline(p)), None)
+        step = []
+        if opts.runs("step") and step_preset is not None:
+            step = [Stage("self-play step", lambda p=step_preset: self.run_step(p),
+                          lambda p=step_preset: self.estimate_step(p), needs=("devices",))]
+        if opts.only:  # a run of chosen stages is for the step when it names it: the step first
+            out, step = out + step, []
+        first, *rest = opts.configs
         out += self.preset_stages(first)
-        if self.opts.tests:  # correctness on this node (cheaper than the step) before more figures
+        if opts.runs("tests"):  # correctness on this node (cheaper than the step) before more figures
             out.append(Stage("tests", self.run_tests, self.estimate_tests))
-        if self.opts.step and step_preset is not None:
-            out.append(Stage("self-play step", lambda p=step_preset: self.run_step(p),
-                             lambda p=step_preset: self.estimate_step(p), needs=("devices",)))
+        out += step
         for path in rest:
             out += self.preset_stages(path)
-        out.append(Stage("all-reduce", self.run_allreduce, self.estimate_allreduce, needs=("devices",)))
+        if opts.runs("allreduce"):
+            out.append(Stage("all-reduce", self.run_allreduce, self.estimate_allreduce, needs=("devices",)))
         return out
 
     def preset_stages(self, path: str) -> list:
-        from populora.doctor.stages import Stage
 
         s = self.presets[path]
         key = Path(path).stem
         name = {k: f"{key}: {k}" for k in ("plan", "model", "training", "generation (hf)", "generation (vllm)", "verdict")}
+        training, generation = self.opts.runs("training"), self.opts.runs("generation")
+        if not (training or generation):
+            return []
+        wanted = {"plan", "model", "verdict"} | ({"training"} if training else set())
+        wanted |= {"generation (hf)", "generation (vllm)"} if generation else set()
+        return [stage for stage in self._preset_stages(s, name) if stage.name.split(": ", 1)[1] in wanted]
+
+    def _preset_stages(self, s: PresetState, name: dict) -> list:
+        from populora.doctor.stages import Stage
+
         return [
             Stage(name["plan"], lambda: self.run_plan(s), lambda: self.rates.fixed("plan"), needs=("devices",)),
             Stage(name["model"], lambda: self.run_model(s), lambda: self.estimate_model(s), needs=(name["plan"],),
@@ -334,17 +377,22 @@ class Doctor:
 
         n = len(members(s.cfg))
         profiled = self._step_flops(s) / n if self.opts.device == "cpu" else 0.0
-        return training_s(self._step_flops(s), self._step_flops(s, warm=True), n, self.rates, profiled)
+        compared = self._step_flops(s) if self.opts.strategies else 0.0  # the other strategy's step
+        return training_s(self._step_flops(s) + compared, self._step_flops(s, warm=True), n, self.rates, profiled)
 
     def run_training(self, s: PresetState) -> str:
         from populora.doctor.training import run_training
 
-        result = run_training(s.trainer)
+        result = run_training(s.trainer, self.opts.strategies)
         s.report = replace(s.report, training=result)
         if result.error:
             raise RuntimeError(result.error)
         self.rates.measure("train_flops", self._step_flops(s) / result.step_seconds)
-        return (f"{result.tokens_per_s:.0f} tokens/s over the timed step ({result.strategy}), warm-up "
+        mfu = f", MFU {result.mfu:.1%}" if result.mfu is not None else ""
+        both = {t.strategy: t.seconds for t in result.strategies}
+        compare = (f", fused/sequential {both['fused'] / both['sequential']:.2f}x (seconds)"
+                   if both.get("fused") and both.get("sequential") else "")
+        return (f"{result.tokens_per_s:.0f} tokens/s over the timed step ({result.strategy}){mfu}{compare}, warm-up "
                 f"{result.warmup.seconds:.1f} s apart")
 
     def estimate_hf(self, s: PresetState) -> float:
@@ -354,6 +402,7 @@ class Doctor:
         return generation_s(NEW_TOKENS[self.opts.device], self._weight_bytes(s), self.rates)
 
     def run_hf(self, s: PresetState) -> str:
+        from populora.doctor.budget import MIXED_STEP_FACTOR
         from populora.doctor.generation import NEW_TOKENS, arm_ratios, hf_generation
 
         result = hf_generation(s.cfg, s.trainer.backend, self.opts.device)
@@ -362,7 +411,7 @@ class Doctor:
         if result.error:
             raise RuntimeError(result.error)
         steps = sum(1 for _ in result.arms) * NEW_TOKENS[self.opts.device]
-        self.rates.measure("step_overhead_s", sum(a.seconds for a in result.arms) / max(1, steps) / 3)
+        self.rates.measure("step_overhead_s", sum(a.seconds for a in result.arms) / max(1, steps) / MIXED_STEP_FACTOR)
         r = arm_ratios(result)["mixed/one_adapter"]
         return f"mixed/one_adapter {r:.2f}x (s/s)" if r else "arms ran"
 
@@ -411,7 +460,7 @@ class Doctor:
 
         s = PresetState(path, self.presets[path].cfg or preset_config(path, self.opts.overrides, self.opts.device))
         shape = self._shape(s)
-        seqs, _, teacher_new, student_new = step_sizes(s.cfg, self.opts.device)
+        seqs, _, teacher_new, student_new = step_sizes(s.cfg, self.opts.device, self.opts.step_new_tokens)
         args = (shape.n_params(), shape.layers, shape.hidden, self._weight_bytes(s))
         rest = (seqs, max(teacher_new, student_new), s.cfg.policy.gradient_checkpointing, self.rates)
         return selfplay_step_s(*args, TEACHERS + STUDENTS, *rest) + selfplay_step_s(*args, 1, *rest)
@@ -424,9 +473,9 @@ class Doctor:
             other.release()
         cfg = preset_config(path, self.opts.overrides, self.opts.device)
         self.step = run_step(path, cfg, self.opts.device, training_dtype(cfg.policy, self.opts.device),
-                             self.opts.overrides)
+                             self.opts.overrides, self.opts.step_new_tokens)
         r = self.step.ratio
-        return f"population/baseline {r:.2f}x per step" if r else "ran"
+        return f"population/baseline step ratio: {r:.2f}x" if r else "ran"
 
     def estimate_allreduce(self) -> float:
         backend, ranks = allreduce_plan(self.opts.device)

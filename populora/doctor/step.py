@@ -26,7 +26,7 @@ from pathlib import Path
 from populora.doctor.records import StepArm, StepComparison
 from populora.doctor.stages import Unavailable
 
-STEP_NEW_TOKENS = {"cuda": 128, "cpu": 32}  # ours: completions of the step, short enough for a budget
+STEP_NEW_TOKENS = {"cuda": 128, "cpu": 32}  # ours: completions of the step, short enough for a budget (--step-new-tokens)
 STEP_SEQUENCES = 8  # ours: sequences per member, rounded up to whole groups (the preset's if smaller)
 STEP_ROLLOUTS = 2  # ours: student attempts per task (the preset's if smaller): a group, at the least cost
 TEACHERS = STUDENTS = 4  # the paper's 4T+4S systems figure
@@ -64,28 +64,29 @@ def step_sequences(types: int, rollouts: int, proposer_fraction: float, preset: 
     return None
 
 
-def step_sizes(cfg, device: str) -> tuple[int, int, int, int]:
+def step_sizes(cfg, device: str, new_tokens: int | None = None) -> tuple[int, int, int, int]:
     """``(sequences per member, rollouts, teacher and student new tokens)`` of the step stage: fewer
-    rollouts and sequences than the preset's where the config accepts them, else the preset's own."""
+    rollouts and sequences than the preset's where the config accepts them, else the preset's own;
+    ``new_tokens`` (``--step-new-tokens``, default ``STEP_NEW_TOKENS[device]``) caps the completions."""
     sp = cfg.selfplay
     types, fraction = len(cfg.tasks.types), sp.baseline_proposer_fraction
     rollouts = min(STEP_ROLLOUTS, sp.rollouts)
     sequences = step_sequences(types, rollouts, fraction, sp.sequences_per_adapter)
     if sequences is None:
         rollouts, sequences = sp.rollouts, step_sequences(types, sp.rollouts, fraction, sp.sequences_per_adapter)
-    new = STEP_NEW_TOKENS[device]
+    new = new_tokens or STEP_NEW_TOKENS[device]
     return (sequences or sp.sequences_per_adapter, rollouts, min(new, sp.teacher_sampling.max_new_tokens),
             min(new, sp.student_sampling.max_new_tokens))
 
 
-def step_overrides(cfg, device: str, dtype: str) -> tuple[list[str], str, str]:
+def step_overrides(cfg, device: str, dtype: str, new_tokens: int | None = None) -> tuple[list[str], str, str]:
     """``(overrides, model, engine)`` of the step stage for preset ``cfg`` (module docstring)."""
     model, how = step_model(str(cfg.policy.model))
     random_in_memory = "built in memory" in how
     engine = cfg.policy.engine
     if engine != "hf" and (random_in_memory or importlib.util.find_spec("vllm") is None):
         engine = "hf"
-    sequences, rollouts, teacher_new, student_new = step_sizes(cfg, device)
+    sequences, rollouts, teacher_new, student_new = step_sizes(cfg, device, new_tokens)
     over = [f"policy.model={model}", f"policy.device={device}", f"policy.dtype={dtype}", f"policy.engine={engine}",
             f"selfplay.teacher_sampling.max_new_tokens={teacher_new}",
             f"selfplay.student_sampling.max_new_tokens={student_new}",
@@ -117,12 +118,33 @@ def time_arm(config_path: str, overrides: list[str], label: str) -> StepArm:
     return StepArm(label, len(sp.members), warm, seconds, phases)
 
 
-def run_step(config_path: str, cfg, device: str, dtype: str, base_overrides: tuple[str, ...]) -> StepComparison:
-    over, model, engine = step_overrides(cfg, device, dtype)
+# what the paper's step had that the doctor's does not (its 1.31x is not this figure's twin)
+PAPER_HAD = ("the paper's 1.31x (4T+4S over one agent) was measured with vLLM's multi-LoRA engine generating for "
+             "every member, on its own real tasks and completions of up to 8096 tokens")
+
+
+def phase_groups(phases: dict[str, float]) -> dict[str, float]:
+    """The loop's phases as the four the paper's cost splits into: generation (propose + solve: the two
+    generate calls), verification (validate + check: the sandbox), training (train), publishing (publish +
+    check_served: the new weights to the engine, and the check that it serves them); the rest as other."""
+    groups = {"generation": ("generate", "solve"), "verification": ("validate", "check"), "training": ("train",),
+              "publishing": ("publish", "check_served")}
+    out = {g: sum(phases.get(p, 0.0) for p in ps) for g, ps in groups.items()}
+    grouped = {p for ps in groups.values() for p in ps} | {"collectives"}
+    out["other"] = sum(v for k, v in phases.items() if k not in grouped)
+    return out
+
+
+def run_step(config_path: str, cfg, device: str, dtype: str, base_overrides: tuple[str, ...],
+             new_tokens: int | None = None) -> StepComparison:
+    over, model, engine = step_overrides(cfg, device, dtype, new_tokens)
     notes = []
     if engine != cfg.policy.engine:
         notes.append(f"engine {engine} instead of the preset's {cfg.policy.engine}: "
                      + ("vLLM cannot load random weights built in memory" if "memory" in model else "vLLM is not importable"))
+    if engine != "vllm":
+        notes.append(f"not the paper's setting: {PAPER_HAD}; this step generates with the {engine} engine "
+                     "(policy/multi_lora.py) on random weights, with the completion lengths listed above")
     notes.append("random weights write no valid tasks: validate and check reject every proposal; solve runs on "
                  "the hand-written seed tasks")
     population = [*base_overrides, *over, f"population.teachers={TEACHERS}", f"population.students={STUDENTS}",

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 
 from populora.doctor.model import random_model
-from populora.doctor.records import Measure, MemberUpdate, TrainingResult
+from populora.doctor.records import Measure, MemberUpdate, StrategyTiming, TrainingResult
 
 
 def update(backend, batches: dict[str, list], cfg, strategy: str | None = None) -> list[dict]:
@@ -245,9 +245,32 @@ def build_trainer(cfg, device: str) -> Trainer:
 WARMUP_TOKENS = (16, 16)  # ours: one short sequence per member: kernels load and AdamW state appears, in seconds
 
 
-def run_training(trainer: Trainer) -> TrainingResult:
+def step_flops(cfg, roster_size: int, rows: int, prompt_tokens: int, completion_tokens: int) -> float:
+    """Model FLOPs of the timed step: every member on ``rows`` sequences (``mfu.lora_training_flops``)."""
+    from populora.doctor.mfu import lora_training_flops
+    from populora.plan.shapes import model_shape
+
+    lora = cfg.policy.lora
+    return lora_training_flops(model_shape(cfg.policy.model), lora.rank, tuple(lora.target_modules),
+                               [(prompt_tokens, completion_tokens)] * (rows * roster_size))
+
+
+def device_peak(device: str, dtype: str) -> float | None:
+    """GPU 0's dense peak FLOP/s in ``dtype`` from ``mfu.PEAK_BF16`` (None on CPU or an unknown card)."""
+    if device != "cuda":
+        return None
+    import torch
+
+    from populora.doctor.mfu import peak_flops
+
+    return peak_flops(torch.cuda.get_device_name(0), dtype)
+
+
+def run_training(trainer: Trainer, strategies: bool = False) -> TrainingResult:
     """The training stage on the model stage's trainer (see the module docstring). An error inside is
-    the result's ``error`` with what was measured before it; the trainer stays for generation."""
+    the result's ``error`` with what was measured before it; the trainer stays for generation.
+    ``strategies``: afterwards, the same full batches through every other update strategy, timed beside
+    the timed step's (fused and sequential: same batches, same warm-up; one more optimizer step each)."""
     import torch
 
     cfg, backend = trainer.cfg, trainer.backend
@@ -260,8 +283,14 @@ def run_training(trainer: Trainer) -> TrainingResult:
     memory: list[Measure] = [trainer.base_weights]
     updates: list[MemberUpdate] = []
     warm = None
-    peak = reserved = None
+    peak = reserved = step_s = None
     peak_method = ""
+    compared: list[StrategyTiming] = []
+    try:
+        flops = step_flops(cfg, len(roster), rows, prompt_tokens, completion_tokens)
+    except Exception:  # a shape the table does not know: the FLOPs are not counted, nothing else is lost
+        flops = None
+    peak_f = device_peak(trainer.device, trainer.dtype)
 
     def sync():
         if on_cuda:
@@ -320,15 +349,28 @@ def run_training(trainer: Trainer) -> TrainingResult:
 
             peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
             peak_method = "peak resident set size of the process so far (getrusage ru_maxrss)"
+        if strategies:  # the timed step's strategy as timed above; every other one on the same batches
+            from populora.rl.strategies import UPDATE_STRATEGIES
+
+            tokens = len(roster) * rows * (prompt_tokens + completion_tokens)
+            compared.append(StrategyTiming(strategy, step_s, tokens))
+            for name in sorted(set(UPDATE_STRATEGIES) - {strategy}):
+                sync()
+                t0 = time.perf_counter()
+                update(backend, full, cfg, name)
+                sync()
+                compared.append(StrategyTiming(name, time.perf_counter() - t0, tokens))
     except Exception as e:
         return TrainingResult(trainer.source, trainer.params, trainer.dtype, trainer.device, prompt_tokens,
                               completion_tokens, rows, cfg.policy.gradient_checkpointing, tuple(updates), tuple(memory),
                               error=f"{type(e).__name__}: {first_line(e)}", warmup=warm, strategy=strategy,
-                              behaviour_logprob=-math.log(vocab))
+                              behaviour_logprob=-math.log(vocab), step_seconds=step_s, flops=flops, peak_flops=peak_f,
+                              strategies=tuple(compared))
     return TrainingResult(trainer.source, trainer.params, trainer.dtype, trainer.device, prompt_tokens,
                           completion_tokens, rows, cfg.policy.gradient_checkpointing, tuple(updates), tuple(memory),
                           peak, peak_method, warmup=warm, peak_reserved_bytes=reserved, strategy=strategy,
-                          step_seconds=step_s, behaviour_logprob=-math.log(vocab))
+                          step_seconds=step_s, behaviour_logprob=-math.log(vocab), flops=flops, peak_flops=peak_f,
+                          strategies=tuple(compared))
 
 
 def first_line(e: BaseException) -> str:

@@ -27,6 +27,8 @@ from populora.policy.adapters import ALL_LINEAR
 from populora.policy.engine import engine_class, engine_names, engines
 from populora.policy.validation import PolicyConfigError, is_int, need
 
+KV_CACHES = ("preallocated", "dynamic")  # policy.kv_cache (kv_cache.py)
+
 __all__ = ["DTYPES", "LoraSpec", "PolicyConfig", "PolicyConfigBase", "PolicyConfigError", "engine_sections"]
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -82,6 +84,8 @@ class PolicyConfigBase:
     ``logits_chunk``: completion tokens per chunk of the training log-prob tail (vocabulary
     projection, log-softmax, entropy; ``chunked_logprobs.py``): bounds that tail's memory to
     ``logits_chunk x vocab`` floats instead of ``[B, T, vocab]``.
+    ``kv_cache``: the HF decode's KV cache: ``preallocated`` (each layer's keys and values written in
+    place, ``kv_cache.py``) or ``dynamic`` (transformers' ``DynamicCache``, which grows by concatenation).
     ``cpu_threads``: torch's intra-op threads on CPU; 0 = this rank's share of the cores the process
     may run on (its affinity: Slurm's allocation, ``taskset``; not the machine's count). With several threads,
     OpenMP spin-waiting makes generation 20x slower as soon as anything else (the sandbox, another
@@ -103,6 +107,8 @@ class PolicyConfigBase:
     adapter_dtype: str = "auto"
     # ours: 512 tokens x 152k vocab x 4 B = 0.3 GiB per chunk for Qwen2.5; the plan measures the rest
     logits_chunk: int = 512
+    # ours: no O(T^2) copies of the cache over a completion (measured: docs/benchmarks/generate.md)
+    kv_cache: str = "preallocated"
     cpu_threads: int = 1
     # after the publish of a step (backend.Policy.publish), every publish_check_every-th step (0 = never):
     # publish_check_sequences fixed sequences of publish_check_tokens tokens are scored, per member, by the
@@ -130,6 +136,7 @@ class PolicyConfigBase:
         for key in ("publish_check_every", "publish_check_sequences", "publish_check_tokens"):
             value, least = getattr(self, key), 0 if key == "publish_check_every" else 1
             need(is_int(value) and value >= least, f"policy.{key}", f"must be an integer >= {least}, got {value!r}")
+        need(self.kv_cache in KV_CACHES, "policy.kv_cache", f"must be one of {list(KV_CACHES)}, got {self.kv_cache!r}")
         need(self.cpu_threads >= 0, "policy.cpu_threads", f"must be >= 0 (0 = this rank's share of its cores), got {self.cpu_threads}")
         if isinstance(self.lora, Mapping):
             self.lora = LoraSpec(**self.lora)

@@ -76,8 +76,14 @@ def decode_rows(
     eos_ids: set[int],
     device: torch.device,
     base_seed: int,
+    new_cache: Callable[[int], object] | None = None,
 ) -> None:
-    """Generate for ``rows`` (one micro-batch) in place: left padding, KV cache, per-row stop."""
+    """Generate for ``rows`` (one micro-batch) in place: left padding, KV cache, per-row stop.
+
+    ``new_cache(capacity)``: the KV cache the prefill starts (``kv_cache.py``: preallocated for the
+    longest prompt plus ``max_new_tokens``); None: the model makes its own. The attention mask is
+    preallocated likewise: each step writes one column of ones instead of concatenating one.
+    """
     gens = None
     if not sampling.greedy:
         # CPU generators: a row draws one number per step (sampling.sample_step), the logits stay put
@@ -106,12 +112,16 @@ def decode_rows(
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     active = list(range(len(rows)))  # indices into rows, aligned with the batch dimension
     names = [r.adapter for r in rows]
-    logits, past = forward(input_ids, mask, positions, None, [r.adapter for r in unique])
+    past = new_cache(width + sampling.max_new_tokens) if new_cache is not None else None
+    logits, past = forward(input_ids, mask, positions, past, [r.adapter for r in unique])
     if len(unique) < len(rows):
         idx = torch.tensor(owner, device=device)
         past.batch_select_indices(idx)
         logits, mask, positions = logits[idx], mask[idx], positions[idx]
     next_pos = positions[:, -1:] + 1
+    full = torch.ones((len(rows), width + sampling.max_new_tokens), dtype=mask.dtype, device=device)
+    full[:, :width] = mask  # the mask of every step is a prefix of this one (its columns are ones)
+    length = width
     while True:
         step_gens = [gens[i] for i in active] if gens is not None else None
         tokens, lps = sample_step(
@@ -131,11 +141,11 @@ def decode_rows(
         if len(keep) < len(active):  # finished rows leave the batch and the KV cache
             idx = torch.tensor(keep, device=device)
             past.batch_select_indices(idx)
-            mask, next_pos, tokens = mask[idx], next_pos[idx], tokens.to(device)[idx]
+            full, next_pos, tokens = full[idx], next_pos[idx], tokens.to(device)[idx]
             active = [active[b] for b in keep]
             names = [names[b] for b in keep]
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
-        logits, past = forward(tokens.to(device)[:, None], mask, next_pos, past, names)
+        length += 1
+        logits, past = forward(tokens.to(device)[:, None], full[:, :length], next_pos, past, names)
         next_pos = next_pos + 1
 
 

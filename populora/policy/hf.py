@@ -1,8 +1,9 @@
 """``HFBackend``: one frozen transformers base model with N named peft LoRA adapters.
 
 - Generation: every request of a ``generate`` call, whatever its adapter, is decoded in the same
-  batched forward passes; peft's mixed-batch LoRA (per-row ``adapter_names``, ``"__base__"`` for
-  the bare base model) applies each row's own adapter. See ``decode.py`` for the loop.
+  batched forward passes; each LoRA layer applies each row's own adapter in one product over the
+  stacked weights of the call's adapters (``multi_lora.py``, the module the fused update runs
+  through; rows of the bare base get no LoRA term). See ``decode.py`` for the loop.
 - Training: ``completion_logprobs`` activates one adapter and returns differentiable per-token
   log-probabilities; only that adapter's LoRA parameters are in the autograd graph, so the base
   (frozen, ``requires_grad=False``) and every other adapter receive no gradient.
@@ -39,9 +40,10 @@ from populora.policy.base import (
 from populora.policy.chunked_logprobs import token_logprobs
 from populora.policy.config import PolicyConfig
 from populora.policy.decode import Row, decode_rows, to_completion
+from populora.policy.kv_cache import new_cache
 from populora.policy.multi_lora import MultiLoRA, SlotLayout
 
-BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
+BASE = "__base__"  # a row of the bare base model in a mixed batch (peft's name for it)
 
 
 class HFBackend(PolicyBackend):
@@ -76,7 +78,8 @@ class HFBackend(PolicyBackend):
         # (the optimizer steps these; the live bf16 copies in the model follow them)
         self._masters: dict[str, list[torch.Tensor]] = {}
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
-        self._multi: MultiLoRA | None = None  # the fused forward on the LoRA layers, once a fused pass ran
+        # the multi-adapter forward on the LoRA layers (fused training, mixed generation), with the first adapter
+        self._multi: MultiLoRA | None = None
         # each adapter's peft adapter (its slot in every LoRA layer): its own name, unless it took the slot
         # of the adapter it replaced (``replace_adapter``: no peft injection, whose cost grows with the
         # adapters already there)
@@ -161,6 +164,10 @@ class HFBackend(PolicyBackend):
             self._inject(slot, lcfg)
         self._slots[name] = slot
         self._sync_active()
+        if self._multi is None:
+            self._multi = MultiLoRA()
+        self._multi.install(self._peft.base_model.model)  # the LoRA layers of new target modules too
+        self._multi.forget()  # kept generation stacks are of the adapters before this one
         params = []
         for path in sorted(weights.tensors):
             layer = self._peft.base_model.model.get_submodule(path)
@@ -206,6 +213,7 @@ class HFBackend(PolicyBackend):
         with warnings.catch_warnings():  # peft warns when the active adapter goes; nothing depends on it
             warnings.simplefilter("ignore", UserWarning)
             self._peft.delete_adapter(self._slots[name])
+        self._multi.forget()
         del self._adapters[name], self._params[name], self._slots[name]
         self._masters.pop(name, None)
         self._optimizers.pop(name, None)
@@ -235,6 +243,8 @@ class HFBackend(PolicyBackend):
             self._host.add(new)
         self._optimizers.pop(old, None)
         self.discard_gradients(new)
+        if self._multi is not None:
+            self._multi.forget()  # kept generation stacks hold the slot's former weights
         self.set_weights(new, weights)
         self.reset_optimizer(new)
 
@@ -301,33 +311,16 @@ class HFBackend(PolicyBackend):
 
     # -- generation -------------------------------------------------------------------------
     @contextmanager
-    def _mixed_batch(self):
-        """A forward function whose rows each use their own adapter (peft's mixed-batch LoRA).
-
-        Same mechanism as peft's ``adapter_names=`` argument (a pre-forward hook on every LoRA
-        layer injects the per-row names), but the hooks are registered once per ``generate``
-        instead of once per forward: peft walks every module of the model on each call, which
-        costs more than a decode step of a small model.
-        """
-        from peft.tuners.lora import LoraLayer
-
-        names_now: list[list[str]] = [[]]
-        handles = []
-        if self._multi is not None:
-            self._multi.clear()
-        if self._peft is not None:
-
-            def inject(module, args, kwargs):
-                kwargs["adapter_names"] = names_now[0]
-                return args, kwargs
-
-            for mod in self._peft.base_model.model.modules():
-                if isinstance(mod, LoraLayer):
-                    handles.append(mod.register_forward_pre_hook(inject, with_kwargs=True))
+    def _serving(self, adapters: Sequence[str]):
+        """A forward function whose rows each use their own adapter: every LoRA layer computes the rows
+        of all ``adapters`` in one product over their stacked weights (``multi_lora.py``, the module the
+        fused update runs through); rows of the bare base (``BASE``) get no LoRA term. Rows must come
+        grouped by adapter in the order of ``adapters``, base rows last (``generate`` sorts them)."""
         model = self._peft.base_model.model if self._peft is not None else self.base
 
         def forward(input_ids, mask, positions, past, names):
-            names_now[0] = names
+            if self._multi is not None:
+                self._multi.route(names)
             out = model(
                 input_ids=input_ids,
                 attention_mask=mask,
@@ -338,11 +331,11 @@ class HFBackend(PolicyBackend):
             )
             return out.logits[:, -1, :], out.past_key_values
 
-        try:
+        if self._multi is None:
             yield forward
-        finally:
-            for h in handles:
-                h.remove()
+            return
+        with self._multi.serving(adapters, base_name=BASE):
+            yield forward
 
     @torch.no_grad()
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingParams) -> list[GenerationResult]:
@@ -360,12 +353,17 @@ class HFBackend(PolicyBackend):
             for i, req in enumerate(requests)
             for s in range(sampling.n)
         ]
-        # longest prompts first: less padding per micro-batch; results do not depend on the grouping
+        # longest prompts first: less padding per micro-batch; results do not depend on the grouping.
+        # Within a micro-batch the rows are grouped by adapter (base rows last): each LoRA layer's
+        # slots are then consecutive blocks of rows
         order = sorted(range(len(rows)), key=lambda k: -len(rows[k].prompt_ids))
+        served = list(dict.fromkeys(row.adapter for row in rows if row.adapter != BASE))  # peft slots
+        slot = {name: s for s, name in enumerate(served)}
         size = self.config.max_batch_size
-        with self._mixed_batch() as forward:
+        with self._serving(served) as forward:
             for start in range(0, len(order), size):
-                chunk = [rows[k] for k in order[start : start + size]]
+                chunk = sorted((rows[k] for k in order[start : start + size]),
+                               key=lambda r: slot.get(r.adapter, len(slot)))
                 decode_rows(
                     forward,
                     chunk,
@@ -375,6 +373,7 @@ class HFBackend(PolicyBackend):
                     eos_ids=self.eos_ids,
                     device=self.device,
                     base_seed=seed,
+                    new_cache=new_cache(self.config.kv_cache, self.base.config),
                 )
         results = [GenerationResult(prompt_token_ids=list(p)) for p in prompts]
         for row in rows:
@@ -387,6 +386,7 @@ class HFBackend(PolicyBackend):
         walks every adapter of every layer, so it runs only when the adapter changes."""
         if self._multi is not None:
             self._multi.clear()  # plain peft forwards from here on
+            self._multi.forget()  # no stacked generation weights beside a training pass
         slot = self._slots[name]
         if self._active != slot:
             self._peft.base_model.set_adapter(slot)
@@ -532,6 +532,7 @@ class HFBackend(PolicyBackend):
         if self._multi is None:
             self._multi = MultiLoRA()
             self._multi.install(self._peft.base_model.model)
+        self._multi.forget()  # no stacked generation weights beside a training pass
         self._multi.set(SlotLayout.of([self._slots[adapters[i]] for i in order]))
         with self._checkpointing():
             logp, valid, ent = self._logprobs_pass([prompt_ids[i] for i in order], [completion_ids[i] for i in order],

@@ -5,7 +5,8 @@ The trainer's adapters ARE the weights it generates with, so publishing copies n
 Works on CPU and GPU; on a GPU, vLLM (``vllm_engine.py``) is much faster at long generations.
 
 Memory plan: the KV cache of one decode micro-batch (``policy.max_batch_size`` rows) at full length
-plus its prefill working set, during generation only (nothing stays while the trainer runs).
+plus its prefill working set and a stacked copy of every adapter's LoRA weights (``multi_lora.py``),
+during generation only (nothing stays while the trainer runs).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class HFEngine(GenerationEngine):
         tokens = p.prompt_tokens + p.new_tokens
         kv = rows * tokens * p.kv_bytes_per_token
         prefill = rows * p.prompt_tokens * (2 * s.intermediate + 4 * s.hidden) * p.d + rows * s.vocab * 4 * 3
+        # multi_lora.py stacks every served adapter's LoRA weights once per generate call (kept between
+        # calls, dropped when a training pass starts)
+        stacks = p.adapters * p.adapter_params * p.ad
         return EngineMemory(
-            awake=kv + prefill, training=0.0, details={"kv_cache_tokens": rows * tokens},
-            what=f"HF decode of {rows} rows x {tokens} tokens: KV cache + prefill (generation phase only)")
+            awake=kv + prefill + stacks, training=0.0,
+            details={"kv_cache_tokens": rows * tokens, "stacked_adapters_bytes": stacks},
+            what=f"HF decode of {rows} rows x {tokens} tokens: KV cache + prefill + the adapters stacked for the "
+                 "multi-adapter product (generation phase only)")
