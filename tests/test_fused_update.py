@@ -60,11 +60,13 @@ def test_lora_delta_is_each_tokens_own_adapter_and_an_empty_slot_gets_nothing():
 
 def test_the_generation_kernel_pads_unequal_slots_and_is_each_rows_own_adapter():
     """stacked_delta (one batched product over the stacked slots) against the loop, in float64: equal
-    slots (a view), unequal and empty ones (padded by an index gather), per-slot scales."""
+    slots (a view), unequal and empty ones (padded by an index gather; empty ones last too), per-slot
+    scales."""
     g = torch.Generator().manual_seed(2)
     a = torch.randn(3, 4, 16, generator=g, dtype=torch.float64)
     b = torch.randn(3, 8, 4, generator=g, dtype=torch.float64)
-    for counts, width in (((2, 2, 2), 1), ((2, 0, 3), 2), ((1, 4, 1), 3)):
+    # (3, 2, 0) and (4, 0, 0): empty slots last, whose block would start one past the last token
+    for counts, width in (((2, 2, 2), 1), ((2, 0, 3), 2), ((1, 4, 1), 3), ((3, 2, 0), 2), ((4, 0, 0), 1)):
         x = torch.randn(sum(counts) * width, 16, generator=g, dtype=torch.float64)
         ends = list(itertools.accumulate(c * width for c in counts))
         want = lora_delta(x, list(a), list(b), ends, [2.0, 1.0, 0.5], kernel=LOOP)

@@ -171,6 +171,9 @@ def route_index(counts: Sequence[int], width: int, device, grouped: bool):
     j = torch.arange(m)
     starts = torch.cumsum(sizes, 0) - sizes
     gather = (starts[:, None] + torch.minimum(j[None, :], (sizes - 1).clamp(min=0)[:, None])).reshape(-1)
+    # a slot with no rows in this forward (a micro-batch need not hold every served adapter) pads with a
+    # real token too: the last one, when the empty slots come last (their start is one past the end)
+    gather.clamp_(max=max(int(sizes.sum()) - 1, 0))
     scatter = (torch.arange(len(sizes))[:, None] * m + j[None, :])[j[None, :] < sizes[:, None]]
     return gather.to(device), scatter.to(device), m
 
