@@ -290,9 +290,10 @@ class VLLMEngine(GenerationEngine):
         from concurrent.futures import ThreadPoolExecutor
 
         dtype = engine_dtype(self.config, self.platform)
+        registry = self.registry  # made here, once: the threads below would each make one at the first publish
         if len(items) > 1:
             with ThreadPoolExecutor(min(len(items), PUBLISH_THREADS), thread_name_prefix="vllm-publish") as pool:
-                done = list(pool.map(lambda item: self.registry.publish(item[0], item[1].to(dtype)), items))
+                done = list(pool.map(lambda item: registry.publish(item[0], item[1].to(dtype)), items))
         else:
             done = [self.registry.publish(name, weights.to(dtype)) for name, weights in items]
         for new, old in done:
