@@ -354,6 +354,30 @@ def test_vllm_engine_publishes_new_versions_and_routes_per_prompt(monkeypatch, t
     be.engine.config.vllm.seeded_sampling = False
 
 
+def test_the_first_publish_of_several_members_keeps_every_version(monkeypatch, tmp_path, tiny_trainer):
+    """The first publish writes its members on threads; the registry they share is made once, before them
+    (made lazily by each thread, a slow start left one registry per thread and kept only one member)."""
+    import time
+
+    from populora.policy import vllm_engine
+    from populora.policy.vllm_adapters import LoraRegistry
+    from populora.policy.vllm_engine import VLLMEngine
+
+    _install_recording_vllm(monkeypatch, "0.33.0")
+
+    class SlowToMake(LoraRegistry):
+        def __init__(self, *args, **kwargs):
+            time.sleep(0.05)  # every thread would arrive before the first registry exists
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(vllm_engine, "LoraRegistry", SlowToMake)
+    cfg = tiny_trainer.config.replace(engine="vllm", vllm={"adapter_dir": str(tmp_path)}, max_prompt_tokens=64)
+    engine = VLLMEngine(cfg, tiny_trainer, max_new_tokens=4)
+    weights = tiny_trainer.new_adapter_weights(seed=0)
+    engine.publish_many([(f"m{i}", weights) for i in range(3)])
+    assert sorted(engine.registry.members()) == ["m0", "m1", "m2"]
+
+
 def test_the_engine_refuses_a_memory_share_that_is_not_free(monkeypatch):
     from populora.policy.vllm_engine import VLLMEngine
     from populora.policy.vllm_launch import VLLMEngineError
