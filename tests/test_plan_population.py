@@ -74,11 +74,19 @@ def test_the_node_presets_plan_one_rank_of_eight_and_fit_80_gib(preset, members,
     assert not check_plan(cfg, 80.0, ranks=1).fits  # one GPU cannot hold them (`populora train` refuses it)
     from populora.cli import main
 
-    assert main(["plan", "--config", str(ROOT / "configs" / f"{preset}.yaml")]) == 0
+    path = str(ROOT / "configs" / f"{preset}.yaml")
+    assert main(["plan", path] if preset.startswith("32") else ["plan", "--config", path]) == 0  # both forms
     out = capsys.readouterr().out
     assert f"on one rank of 8, each 80 GiB GPU: {members} members, {trained} trained per rank" in out
     assert f"({members} slots for {members} members: no swapping)" in out
     assert "largest population on 8 GPUs of 80 GiB: " in out
+
+
+def test_plan_without_a_preset_says_how_to_give_one(capsys):
+    from populora.cli import main
+
+    assert main(["plan", "selfplay.steps=2"]) == 2
+    assert "populora plan: no preset: give its YAML" in capsys.readouterr().err
 
 
 def test_the_plan_says_when_vllm_swaps_adapters():

@@ -1,6 +1,7 @@
 """`populora plan`: the per-GPU memory budget of a run, from its config alone (no weights, no GPU).
 
     populora plan --config configs/4t4s-7b.yaml [key=value ...] [--gpu-gib 80] [--nproc W] [--json]
+    populora plan configs/4t4s-7b.yaml [key=value ...]   (the same: the preset as the first word)
 
 The plan is one rank's of a run of ``--nproc`` ranks (default the preset's ``run.ranks``): every rank
 holds every member's weights and trains its share of them. After the table, the largest population
@@ -19,7 +20,7 @@ EXIT_DOES_NOT_FIT = 3
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="memory plan of a run on one GPU, before anything loads (exit 3: does not fit)")
-    p.add_argument("--config", required=True, help="preset YAML (configs/*.yaml)")
+    p.add_argument("--config", default=None, help="preset YAML (configs/*.yaml); or the first positional word")
     p.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
     p.add_argument("--min-headroom", type=float, default=None,
                    help="fraction of the GPU that must stay free (default 0.10)")
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc", type=int, default=None, metavar="W",
                    help="ranks (GPUs) of the run, one rank planned (default: the config's run.ranks)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (after the preset's path)")
     p.set_defaults(func=cmd_plan)
 
 
@@ -38,6 +39,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from populora.plan.memory import DEFAULT_MIN_HEADROOM
     from populora.plan.population import largest_population
 
+    if args.config is None and args.overrides and "=" not in args.overrides[0]:
+        args.config, args.overrides = args.overrides[0], args.overrides[1:]
+    if args.config is None:
+        print("populora plan: no preset: give its YAML, `populora plan configs/4t4s-7b.yaml` "
+              "or `--config configs/4t4s-7b.yaml`", file=sys.stderr)
+        return 2
     if args.gpu_gib <= 0:
         print(f"populora plan: --gpu-gib must be > 0, got {args.gpu_gib}", file=sys.stderr)
         return 2
