@@ -152,10 +152,12 @@ def classify(answer: dict, res: bytes, out: bytes, token: str, expected_values: 
         outcome = Outcome(TIMEOUT, "timeout", detail=detail, infrastructure=host)
     elif answer.get("signal") is not None:
         sig = int(answer["signal"])
+        # SIGXCPU is the CPU-time limit: the program can neither catch, ignore, send nor see it
+        # (seccomp.ARGUMENT_RULES). A program that blocked it is killed a second of CPU later
+        # (isolation.CPU_KILL_AFTER), so a SIGKILL after the limit's worth of CPU is that limit too;
+        # the second is the margin for the tick-sampled time the kernel enforces the limit on.
         cpu_limit = max(1, math.ceil(limits.cpu_seconds))
-        if sig == signal.SIGXCPU or (
-            sig == signal.SIGKILL and float(answer.get("cpu", 0)) >= cpu_limit - 0.05
-        ):
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and float(answer.get("cpu", 0)) >= cpu_limit):
             outcome = Outcome(TIMEOUT, "timeout", detail=f"CPU-time limit of {limits.cpu_seconds} s")
         else:
             try:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import signal
 import tempfile
 
 # name -> what allowing it would give a program
@@ -170,6 +171,9 @@ CLOCK = {
     "epoll_pwait": "as poll",
     "epoll_pwait2": "as poll",
     "rt_sigtimedwait": "waiting for a signal with a timeout",
+    "rt_sigpending": "whether SIGXCPU is pending: the CPU-time limit passing, blocked (an event to time)",
+    "signalfd": "signals as a descriptor: SIGXCPU, blocked, read as an event",
+    "signalfd4": "as signalfd",
 }
 # A file's or a pipe's timestamps move with every write (fstat(1) after a print reads the clock)
 # and a pipe's inode number counts the host's pipes: the stat family is refused, with EPERM, the
@@ -197,6 +201,7 @@ HOST_STATE = {
     "migrate_pages": "moving pages between nodes",
     "rseq": "restartable sequences: the CPU number, and an abort on every preemption",
 }
+SIGXCPU = int(signal.SIGXCPU)  # 24 on x86-64 and arm64
 # Calls refused only with some arguments: (call, conditions, errno name, what it stops); each
 # condition is (argument index, mask, value), true when ``argument & mask == value``, or
 # (argument index, None, None), true when the argument is not 0. O_NONBLOCK, O_ASYNC, F_SETOWN,
@@ -226,6 +231,14 @@ ARGUMENT_RULES = (
     # a CPU-time limit of the program's own choosing: SIGXCPU when it is reached, an event to time
     ("setrlimit", ((0, 0xFFFFFFFF, 0),), "ETIME", "RLIMIT_CPU"),
     ("prlimit64", ((1, 0xFFFFFFFF, 0), (2, None, None)), "ETIME", "setting RLIMIT_CPU"),
+    # SIGXCPU is the CPU-time limit's own death (isolation.confine_child): no handler (an event to
+    # time) and no SIG_IGN, and no program sends it, so a child killed by it reached the limit
+    ("rt_sigaction", ((0, 0xFFFFFFFF, SIGXCPU),), "ETIME", "a SIGXCPU handler or SIG_IGN"),
+    ("kill", ((1, 0xFFFFFFFF, SIGXCPU),), "EPERM", "sending SIGXCPU (a CPU-limit death it did not reach)"),
+    ("tkill", ((1, 0xFFFFFFFF, SIGXCPU),), "EPERM", "sending SIGXCPU"),
+    ("tgkill", ((2, 0xFFFFFFFF, SIGXCPU),), "EPERM", "sending SIGXCPU (raise())"),
+    ("rt_sigqueueinfo", ((1, 0xFFFFFFFF, SIGXCPU),), "EPERM", "sending SIGXCPU"),
+    ("rt_tgsigqueueinfo", ((2, 0xFFFFFFFF, SIGXCPU),), "EPERM", "sending SIGXCPU"),
 )
 
 # fcntl commands denied (fcntl's second argument): record locks, leases and directory notification

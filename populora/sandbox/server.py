@@ -183,8 +183,10 @@ class Server:
             # Own process group, in the server's session (which has no controlling terminal). Not
             # setsid(): with scheduler autogroups it costs ~2 ms and gives each child its own CPU share.
             os.setpgid(0, 0)
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGXCPU):
                 signal.signal(sig, signal.SIG_DFL)
+            # SIGXCPU kills at the CPU-time limit (isolation.confine_child), whatever mask was inherited
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGXCPU})
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # over RLIMIT_FSIZE: OSError, not a kill
             job = json.loads(channels.read_memfd(body).decode("utf-8", "surrogatepass"))
             stdin = job.get("stdin") or ""

@@ -1,5 +1,5 @@
-# attack: ignore SIGTERM/SIGXCPU/SIGALRM/SIGINT, then loop
-# expect: timeout timeout
+# attack: ignore SIGTERM/SIGXCPU/SIGALRM/SIGINT, then loop (ignoring SIGXCPU is refused: the CPU-time limit's own death)
+# expect: error refused:clock
 # calls: ["0"]
 # ruff: noqa
 import signal
