@@ -52,15 +52,13 @@ $(LCB_STAMP): $(STAMP)
 	$(BIN)/pip install -q --no-deps '$(LCB_REF)'
 	touch $(LCB_STAMP)
 
-# Two passes (docs/benchmarks/ci.md has the measurements): the quick tests two at a time (pytest-xdist,
-# one module per unit of work, see tests/conftest.py), then the slow ones one at a time, as each of them
-# starts processes that use every core (ranks, vLLM engines, Slurm jobs, sandbox lanes) and two at once
-# only make both slower. Both passes always run; `make test` fails if either did. --durations=25: the
-# slowest tests of each pass (CI's budget is 25 minutes on 2 cores).
+# One pass, two tests at a time (pytest-xdist; docs/benchmarks/ci.md has the measurements): a test
+# module is one unit of work (the modules on the test cluster share one), and the units go out longest
+# first by the seconds in tests/durations.json, so the long whole-run tests (ranks, vLLM engines,
+# Slurm jobs) overlap each other and the quick modules fill the end (tests/conftest.py).
+# --durations=25: the slowest tests (CI's budget is 25 minutes on 2 cores).
 test: setup setup-vllm setup-lcb
-	$(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadgroup --durations=25; quick=$$?; \
-	$(BIN)/python -m pytest -q -m slow --durations=25; slow=$$?; \
-	echo "make test: quick tests exit $$quick, slow tests exit $$slow"; [ $$quick -eq 0 ] && [ $$slow -eq 0 ]
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
 
 test-fast: setup setup-vllm setup-lcb
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -89,19 +89,41 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _schedule_for_xdist(items) -> None:
-    """Under pytest-xdist (``make test`` runs its quick tests with ``-n 2 --dist loadgroup``;
-    docs/benchmarks/ci.md has the measurements), a module is one unit of work, so that its module- and session-scoped fixtures (a
-    trained run that several tests compare against) are built once, on one worker. Every module that
-    uses the test cluster shares one unit: two jobs on its one node would wait for each other and
-    time out. Units with slow tests go first, so that the longest work starts first and the two
-    workers finish together (the longest-first rule of scheduling)."""
+    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup --no-loadscope-reorder``;
+    docs/benchmarks/ci.md has the measurements), a module is one unit of work, so that its module-
+    and session-scoped fixtures (a trained run that several tests compare against) are built once,
+    on one worker. Every module that uses the test cluster shares one unit: two jobs on its one node
+    would wait for each other and time out. Units go out longest first, by the seconds recorded in
+    ``tests/durations.json`` (``tests/record_durations.py``), the longest-processing-time rule: the
+    longest unit does not start last and leave the other worker idle at the end, and the quick
+    modules fill the last minutes."""
+    seconds = _recorded_seconds()
     slurm_files = {item.nodeid.split("::")[0] for item in items if "slurm" in item.keywords}
-    slow_files = {item.nodeid.split("::")[0] for item in items if "slow" in item.keywords}
-    for item in items:
+
+    def unit(item) -> str:
         path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("slurm" if path in slurm_files else path))
-    items.sort(key=lambda item: (item.nodeid.split("::")[0] not in slurm_files,
-                                 item.nodeid.split("::")[0] not in slow_files))
+        return "slurm" if path in slurm_files else path
+
+    cost: dict[str, float] = {}
+    for path in {item.nodeid.split("::")[0] for item in items}:
+        group = "slurm" if path in slurm_files else path
+        cost[group] = cost.get(group, 0.0) + seconds.get(path, 0.0)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(unit(item)))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-cost[unit(item)], unit(item), order[id(item)]))
+
+
+def _recorded_seconds() -> dict[str, float]:
+    """``tests/durations.json``: seconds per test module, as last measured (0 for a module not there)."""
+    import json
+    from pathlib import Path
+
+    try:
+        return {str(k): float(v) for k, v in json.loads(Path(__file__).with_name("durations.json").read_text()).items()}
+    except (OSError, ValueError, AttributeError) as exc:
+        print(f"tests/durations.json unreadable ({exc}): modules run in collection order")
+        return {}
 
 
 @pytest.fixture

@@ -50,7 +50,8 @@ def test_sigusr2_stop_and_resume_with_wandb_offline(tmp_path):
     pytest.importorskip("wandb")
     rd = tmp_path / "run"
     cli = [sys.executable, "-m", "populora.cli", "train"]
-    proc = subprocess.Popen([*cli, "--config", TINY, "--run-dir", str(rd), "--quiet", "run.wandb=offline"],
+    proc = subprocess.Popen([*cli, "--config", TINY, "--run-dir", str(rd), "--quiet", "run.wandb=offline",
+                             "selfplay.sequences_per_adapter=3"],  # resume does not depend on the batch
                             cwd=ROOT, env=_env(tmp_path), stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and not read_metrics(rd) and proc.poll() is None:
