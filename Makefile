@@ -58,7 +58,7 @@ $(LCB_STAMP): $(STAMP)
 # Slurm jobs) overlap each other and the quick modules fill the end (tests/conftest.py).
 # --durations=25: the slowest tests (CI's budget is 25 minutes on 2 cores).
 test: setup setup-vllm setup-lcb
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 test-fast: setup setup-vllm setup-lcb
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -84,34 +85,61 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_browser)
         if "vllm" in item.keywords and not vllm:
             item.add_marker(skip_vllm)
-    if getattr(config.option, "dist", "no") != "no":
-        _schedule_for_xdist(items)
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the workers collect, the controller deals
+        _longest_first(config.rootpath, items)
 
 
-def _schedule_for_xdist(items) -> None:
-    """Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup --no-loadscope-reorder``;
-    docs/benchmarks/ci.md has the measurements), a module is one unit of work, so that its module-
-    and session-scoped fixtures (a trained run that several tests compare against) are built once,
-    on one worker. Every module that uses the test cluster shares one unit: two jobs on its one node
-    would wait for each other and time out. Units go out longest first, by the seconds recorded in
-    ``tests/durations.json`` (``tests/record_durations.py``), the longest-processing-time rule: the
-    longest unit does not start last and leave the other worker idle at the end, and the quick
-    modules fill the last minutes."""
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` (``make test``), with the modules that use the test cluster as one unit.
+
+    A test module is one unit of work, so that its module- and session-scoped fixtures (a trained run
+    that several tests compare against) are built once, on one worker; every module on the test
+    cluster shares one unit, as two jobs on its one node would wait for each other and time out.
+    pytest-xdist's ``loadgroup`` with ``xdist_group`` markers would express this, but under pytest
+    9.2 it groups nothing: it renames ``item._nodeid``, which pytest no longer reads, so a module's
+    tests were spread over both workers (measured: 23 and 15 of one module's 38). The units go out in
+    the order the workers collected them (``_longest_first``; with ``--no-loadscope-reorder``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    root = config.rootpath
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(root, nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def _unit(root, nodeid: str) -> str:
+    """The unit of work of a test: its module, or "slurm" for every module on the test cluster."""
+    path = nodeid.split("::", 1)[0]
+    return "slurm" if _uses_test_cluster(root, path) else path
+
+
+@functools.cache
+def _uses_test_cluster(root, path: str) -> bool:
+    """Whether a test module is marked ``slurm`` (its ``pytestmark``), read from its source: the
+    controller of pytest-xdist deals out test ids without collecting the tests."""
+    try:
+        return "pytest.mark.slurm" in (root / path).read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _longest_first(root, items) -> None:
+    """Order the tests by unit of work (``_unit``), longest first by the seconds recorded in
+    ``tests/durations.json`` (``tests/record_durations.py``): the longest-processing-time rule, so
+    that the longest unit does not start last and leave the other worker idle at the end, and the
+    quick modules fill the last minutes. docs/benchmarks/ci.md has the measurements."""
     seconds = _recorded_seconds()
-    slurm_files = {item.nodeid.split("::")[0] for item in items if "slurm" in item.keywords}
-
-    def unit(item) -> str:
-        path = item.nodeid.split("::")[0]
-        return "slurm" if path in slurm_files else path
-
     cost: dict[str, float] = {}
     for path in {item.nodeid.split("::")[0] for item in items}:
-        group = "slurm" if path in slurm_files else path
-        cost[group] = cost.get(group, 0.0) + seconds.get(path, 0.0)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(unit(item)))
+        unit = _unit(root, path)
+        cost[unit] = cost.get(unit, 0.0) + seconds.get(path, 0.0)
     order = {id(item): i for i, item in enumerate(items)}
-    items.sort(key=lambda item: (-cost[unit(item)], unit(item), order[id(item)]))
+    items.sort(key=lambda item: (-cost[_unit(root, item.nodeid)], _unit(root, item.nodeid), order[id(item)]))
 
 
 def _recorded_seconds() -> dict[str, float]:

@@ -4,7 +4,7 @@
 longest-processing-time rule), so that the longest module does not start last and leave one core
 idle at the end. Refresh after tests change a lot:
 
-    pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=0 | tee log
+    pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=0 | tee log
     python tests/record_durations.py log
 
 Modules missing from the file count as 0 s (they go last, in collection order).
