@@ -26,14 +26,15 @@ from populora.policy.adapters import AdapterWeights
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
-# Three sequences per adapter, not tiny.yaml's six (a proposal per task type; a task, three
-# rollouts): what these tests check (one rank equals several, a killed rank, the resumes) does not
-# depend on the batch size, and every run costs half the steps' time.
+# Three sequences per adapter in the population, not tiny.yaml's six (a proposal per task type; a
+# task, three rollouts): what these tests check (one rank equals several, a killed rank, the resumes)
+# does not depend on the batch size, and every run costs half the steps' time. The baseline keeps six:
+# it splits its sequences into proposals (3 task types) and attempts (3 rollouts).
 POP = ["population.teachers=4", "population.students=4", "selfplay.steps=4", "run.tensorboard=false",
        "evolution.interval=3", "evolution.min_age=1",  # children born at step 3 train at step 4
        "selfplay.sequences_per_adapter=3"]
 BASELINE = ["population.baseline=true", "population.teachers=1", "population.students=1", "selfplay.steps=3",
-            "run.tensorboard=false", "selfplay.sequences_per_adapter=3"]
+            "run.tensorboard=false"]
 
 
 # -- placement: pure ------------------------------------------------------------------------------
