@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from populora import checkpoint
 from populora.checkpoint import MANIFEST, CheckpointError, save_checkpoint
 from populora.config import ConfigError, load_config, to_yaml
 from populora.jsonl import JsonlError
@@ -82,14 +83,32 @@ def test_a_finished_run_without_checkpoints_is_refused(tmp_path, capsys):
     assert _snapshot(rd) == before
 
 
-def test_no_checkpoint_ever_due_starts_over(tmp_path):
+def test_no_checkpoint_ever_completed_starts_over(tmp_path):
     rd = _run_dir(tmp_path, ["run.checkpoint_every=5"])
     _metrics(rd, [1, 2])  # stopped before its first checkpoint (step 5): nothing to lose
     cfg = load_config(TINY, ["run.checkpoint_every=5"])
     assert resume_point(cfg, rd) == (None, [])
+    # stopped while writing the first checkpoint, after step 5's metrics line (the order of a step:
+    # the line, then the checkpoint; a Slurm requeue killed a CI sweep job there): nothing to lose
     _metrics(rd, [1, 2, 3, 4, 5])
-    with pytest.raises(CheckpointError, match="reaches step 5"):
+    assert resume_point(cfg, rd) == (None, [])
+    # a step after the first checkpoint step: that checkpoint was committed, and is gone
+    _metrics(rd, [1, 2, 3, 4, 5, 6])
+    with pytest.raises(CheckpointError, match="reaches step 6"):
         resume_point(cfg, rd)
+
+
+def test_a_run_killed_while_writing_its_first_checkpoint_resumes_from_step_0(tmp_path, capsys):
+    rd = _run_dir(tmp_path)  # tiny: a checkpoint every step
+    _metrics(rd, [1])  # step 1's line, then killed while its checkpoint was staged, not committed
+    staging = checkpoint.staging_dir(rd / "checkpoints", 1)
+    staging.mkdir(parents=True)
+    (staging / "t0").mkdir()
+    (staging / "t0" / "adapter_model.safetensors").write_bytes(b"half a file")
+    assert resume_point(load_config(TINY), rd) == (None, [])
+    _metrics(rd, [1, 2])  # but a step after it: checkpoint 1 was committed, and is gone
+    code, err = _cli_resume(rd, capsys)
+    assert code == 1 and "metrics.jsonl reaches step 2" in err
 
 
 def test_a_malformed_metrics_line_stops_the_resume_and_is_kept(tmp_path, capsys):

@@ -278,7 +278,7 @@ def _train(cfg: Config, rd: Path, resume: bool, comm, SelfPlay, *, handle_signal
 def resume_line(rd: Path, start: int, steps: int, ckpt_path: Path | None) -> str:
     """What a resume says first: the step it continues from and the checkpoint it read."""
     if ckpt_path is None:
-        return f"resuming {rd}: no checkpoint was due yet, starting again from step 0 of {steps}"
+        return f"resuming {rd}: no checkpoint was completed yet, starting again from step 0 of {steps}"
     return f"resuming {rd} from step {start} of {steps} (checkpoint {ckpt_path})"
 
 
@@ -354,11 +354,14 @@ def _start_point(cfg: Config, rd: Path, resume: bool) -> tuple[str, object]:
 def resume_point(cfg: Config, rd: Path) -> tuple[Checkpoint | None, list[Unusable]]:
     """The newest checkpoint of run ``rd`` that loads, and the newer unusable ones (set aside on resume).
 
-    ``(None, [])`` only when no checkpoint was ever due: no checkpoint directory, no summary and no
-    logged step at or past the first checkpoint step (``min(run.checkpoint_every, selfplay.steps)``),
-    i.e. the run stopped before its first checkpoint and starting it again loses nothing. Otherwise
-    a missing or unusable checkpoint is a CheckpointError naming each one and why, raised before
-    anything in the run directory is changed.
+    ``(None, [])`` only when no checkpoint was ever completed: no checkpoint, no summary and no logged
+    step past the first checkpoint step (``min(run.checkpoint_every, selfplay.steps)``), i.e. the run
+    stopped before its first checkpoint, or while writing it (a step's metrics line is written before
+    its checkpoint: a preemption between the two, as Slurm's requeue gives, leaves the line of the
+    first checkpoint step and no checkpoint), and starting it again loses nothing. A step logged past
+    the first checkpoint step means a checkpoint was committed before it (they are written between
+    steps), so a missing or unusable checkpoint is then a CheckpointError naming each one and why,
+    raised before anything in the run directory is changed.
     """
     run = RunDir(rd)
     ckpt, skipped = find_latest(run.checkpoints)
@@ -370,7 +373,7 @@ def resume_point(cfg: Config, rd: Path) -> tuple[Checkpoint | None, list[Unusabl
     except ValueError as e:
         raise JsonlError(f"{run.metrics_file}: {e}") from None
     first_due = min(cfg.run.checkpoint_every, cfg.selfplay.steps)
-    if skipped or run.summary_file.exists() or logged >= first_due:
+    if skipped or run.summary_file.exists() or logged > first_due:
         why = "; ".join(f"{u.path.name}: {u.reason}" for u in skipped) or (
             f"{run.checkpoints} holds none, but metrics.jsonl reaches step {logged}" if logged
             else f"{run.checkpoints} holds none, but the run wrote summary.json")
