@@ -89,6 +89,7 @@ def pytest_collection_modifyitems(config, items):
         _longest_first(config.rootpath, items)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown, and unused, where it is not installed
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` (``make test``), with the modules that use the test cluster as one unit.
 

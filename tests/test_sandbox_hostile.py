@@ -147,6 +147,8 @@ def test_hostile_corpus_is_contained(monkeypatch):
     monkeypatch.setenv("POPULORA_TEST_SECRET", SECRET)
     assert not pwned_files(), "leftovers from an earlier run; remove them first"
     cases = load_corpus()
+    # what this test process ran before (other tests of its pytest-xdist worker) is not the sandbox's
+    procs_before = descendants(os.getpid())
     with Sandbox(limits=LIMITS, workers=2) as sb:
         if sb.mode != "full":
             pytest.skip(f"expectations are for full isolation; this platform gives {sb.mode!r}")
@@ -177,7 +179,7 @@ def test_hostile_corpus_is_contained(monkeypatch):
         leftovers = [p.name for p in sb.scratch.iterdir() if not p.name.endswith(".log")]
         assert leftovers == []
         assert sb.run(Program("def f(a):\n    return a * 2", calls=("21",))).values == ["42"]
-    assert descendants(os.getpid()) == set()
+    assert descendants(os.getpid()) <= procs_before  # nothing of the sandbox's is left running
 
 
 @pytest.mark.slow
