@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-m", "populora.cli", "train", "--quiet"]
 TINY_VLLM = ["--config", str(ROOT / "configs" / "tiny.yaml"), "policy.engine=vllm", "policy.lora.rank=8",
              "policy.vllm.enforce_eager=true",
-             "selfplay.sequences_per_adapter=3"]  # tiny.yaml: 6; what is checked does not depend on it
-STEPS = 6  # tiny.yaml: evolution at step 3 (interval 3, min_age 2)
+             "selfplay.sequences_per_adapter=3",  # tiny.yaml: 6; what is checked does not depend on it
+             "selfplay.steps=4"]  # tiny.yaml: 6; one step before the kill, three after the resume
+STEPS = 4  # evolution at step 3 (tiny.yaml: interval 3, min_age 2)
 
 
 def _env(tmp_path: Path) -> dict:
@@ -106,7 +107,7 @@ def test_killing_one_ranks_engine_stops_every_rank_and_resume_finishes_the_run(t
     proc = subprocess.Popen([*TRAIN, "--nproc", "2", "--run-dir", str(rd), *TINY_VLLM], cwd=tmp_path,
                             env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=err.open("w"),
                             start_new_session=True)
-    _wait(lambda: _steps_logged(rd) >= 2, 900, proc, "step 2")
+    _wait(lambda: _steps_logged(rd) >= 1, 900, proc, "step 1")
     engines = sorted((p for p in descendants(proc.pid) if "EngineCore" in _name(p)), key=int)
     assert len(engines) == 2, "one engine per rank"
     ranks = {p: _rank_of(_parent(p)) for p in engines}  # the engine's parent is its rank's trainer
@@ -125,7 +126,7 @@ def test_killing_one_ranks_engine_stops_every_rank_and_resume_finishes_the_run(t
     summary = _summary(rd)
     assert summary["status"].startswith("failed: generation engine 'vllm' failed on rank 1")
     ckpt, skipped = find_latest(rd / "checkpoints")
-    assert ckpt is not None and not skipped and ckpt.step == summary["steps_done"] >= 2
+    assert ckpt is not None and not skipped and ckpt.step == summary["steps_done"] >= 1
     assert _steps_logged(rd) == ckpt.step  # nothing of the failed step was logged or saved
 
     # the resumed run goes to the end, evolution included, while Slurm's preemption signal reaches every
