@@ -36,8 +36,8 @@ TRAIN = [sys.executable, "-m", "populora.cli", "train", "--quiet"]
 TINY_VLLM = ["--config", str(ROOT / "configs" / "tiny.yaml"), "policy.engine=vllm", "policy.lora.rank=8",
              "policy.vllm.enforce_eager=true",
              "selfplay.sequences_per_adapter=3",  # tiny.yaml: 6; what is checked does not depend on it
-             "selfplay.steps=4"]  # tiny.yaml: 6; one step before the kill, three after the resume
-STEPS = 4  # evolution at step 3 (tiny.yaml: interval 3, min_age 2)
+             "selfplay.steps=4", "evolution.min_age=1"]  # tiny.yaml: 6 steps, min_age 2
+STEPS = 4  # one step before the kill, three after the resume; evolution at step 3 (interval 3), its children train at step 4
 
 
 def _env(tmp_path: Path) -> dict:
