@@ -12,7 +12,7 @@ LCB_REF     ?= nvidia-livecodebench==26.3
 LCB_STAMP   := $(VENV)/.lcb-reference-installed
 EXTRAS      := .[dev,eval,diagnostics]
 # $(call INSTALL,ARGS): install ARGS into $(VENV) with uv, or with pip if uv fails
-INSTALL      = ($(BIN)/uv pip install -q --python $(BIN)/python $(1) || $(BIN)/pip install -q $(1))
+INSTALL      = ($(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(1) || $(BIN)/pip install -q $(1))
 
 .PHONY: setup setup-vllm setup-lcb demo test test-fast lint bench wheelhouse container lock clean
 
@@ -38,9 +38,11 @@ $(VLLM_STAMP): $(STAMP) containers/vllm_cpu_requirements.py
 # torch first, with pip, pinned to the CPU build available on the development machines (elsewhere,
 # e.g. on a GPU machine, the default build): installing it before the project keeps the installer from
 # pulling a multi-GB CUDA build as a dependency. The rest with uv, into the same environment (torch is
-# then already satisfied): measured on 2 cores, the project with its extras 16 s against 94 s with pip,
-# vLLM's CPU build and its requirements 11 s against 65 s (docs/benchmarks/ci.md). INSTALL falls back
-# to pip where uv cannot install (e.g. a machine that reaches packages only through pip's configuration).
+# then already satisfied), compiled to bytecode at install as pip does (where PYTHONDONTWRITEBYTECODE is
+# set, as on the CI machines, nothing compiles them later: `import peft` took 13 to 22 s instead of 8 s).
+# Measured on 2 cores from cold caches: `make setup setup-vllm setup-lcb` 124 s, against 219 s with pip
+# (docs/benchmarks/ci.md). INSTALL falls back to pip where uv cannot install (e.g. a machine that
+# reaches packages only through pip's configuration).
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
@@ -63,7 +65,10 @@ $(LCB_STAMP): $(STAMP)
 # first by the seconds in tests/durations.json, so the long whole-run tests (ranks, vLLM engines,
 # Slurm jobs) overlap each other and the quick modules fill the end (tests/conftest.py).
 # --durations=25: the slowest tests (CI's budget is 25 minutes on 2 cores).
+# compileall first: where PYTHONDONTWRITEBYTECODE is set (as on the CI machines) Python writes no
+# bytecode, and every process the tests start would compile the project's modules from source again.
 test: setup setup-vllm setup-lcb
+	$(BIN)/python -m compileall -q populora eval jobs > /dev/null
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 test-fast: setup setup-vllm setup-lcb
