@@ -33,7 +33,7 @@ TINY = str(ROOT / "configs" / "tiny.yaml")
 POP = ["population.teachers=4", "population.students=4", "selfplay.steps=4", "run.tensorboard=false",
        "evolution.interval=3", "evolution.min_age=1",  # children born at step 3 train at step 4
        "selfplay.sequences_per_adapter=3"]
-BASELINE = ["population.baseline=true", "population.teachers=1", "population.students=1", "selfplay.steps=3",
+BASELINE = ["population.baseline=true", "population.teachers=1", "population.students=1", "selfplay.steps=2",
             "run.tensorboard=false"]
 
 
